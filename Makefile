@@ -1,0 +1,36 @@
+# mailledger — `make demo` runs the whole job on bundled mail, `make test` runs the tests.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STORE  ?= $(or $(MAILLEDGER_STORE),$(CURDIR)/demo-store)
+
+.PHONY: venv demo test replay bench lint torture clean
+
+$(BIN)/mailledger: pyproject.toml
+	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "python3 -m venv is missing: apt-get install -y python3-venv" >&2; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(BIN)/mailledger
+
+demo: venv
+	MAILLEDGER_STORE=$(STORE) BIN=$(BIN) ./scripts/demo.sh
+
+test: venv
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q
+
+replay: venv
+	$(BIN)/mailledger --store $(STORE) replay
+
+bench: venv
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check . || true
+
+clean:
+	rm -rf demo-store bench-data .pytest_cache .ruff_cache

@@ -1,0 +1,388 @@
+"""The ``mailledger`` command: thin commands over the library.
+
+Each command parses its arguments, calls one library function and formats the
+answer. Exit codes are mapped here and only here (SPEC §6): 0 success, 1 an
+error of any message/folder/account or an unbalanced run, 2 a usage or
+configuration error, 3 completed but an ALARM was raised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+from stores.errors import (
+    ConfigError,
+    LockTimeout,
+    LogIntegrityError,
+    MailledgerError,
+    NotFoundError,
+    UsageError,
+)
+
+__all__ = ["default_store_path", "main"]
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_ALARM = 0, 1, 2, 3
+
+
+def default_store_path(env: Mapping[str, str]) -> Path:
+    """The store directory when ``--store`` is not given.
+
+    ``$MAILLEDGER_STORE``, else ``$XDG_DATA_HOME/mailledger``, else
+    ``~/.local/share/mailledger``.
+    """
+    if env.get("MAILLEDGER_STORE"):
+        return Path(env["MAILLEDGER_STORE"])
+    base = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".local/share")
+    return Path(base) / "mailledger"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # usage errors exit 2 with the reason
+        self.print_usage(sys.stderr)
+        raise UsageError(message)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, default=_json_default, ensure_ascii=False, indent=None))
+
+
+class _Progress:
+    """A progress line on a terminal; silent under cron or in a pipe."""
+
+    def __init__(self, label: str, enabled: bool) -> None:
+        self.label = label
+        self.enabled = enabled
+
+    def __call__(self, n: int) -> None:
+        if self.enabled and n % 500 == 0:
+            print(f"\r{self.label}: {n} messages", end="", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.enabled:
+            print("", file=sys.stderr)
+
+
+def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
+    from pipeline.store import MessageStore
+
+    return MessageStore.open(args.store, create=create)
+
+
+# -- commands ------------------------------------------------------------------
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from pipeline.importers import import_maildir, import_mbox
+
+    progress = _Progress(f"import {args.kind}", sys.stderr.isatty())
+    with _open(args, create=True) as store:
+        fn = import_maildir if args.kind == "maildir" else import_mbox
+        counts = fn(store, Path(args.path), batch_size=args.batch_size, progress=progress)
+    progress.done()
+    if args.json:
+        _print_json(counts.as_dict())
+    else:
+        print(
+            f"import {args.kind} {args.path}: seen={counts.uids_seen} new={counts.new_messages}"
+            f" duplicates={counts.duplicates} other_source={counts.conflicts_other_source}"
+            f" bodies={counts.bodies_fetched} known={counts.known_skipped}"
+            f" malformed={counts.malformed} errors={counts.errors} events={counts.events}"
+        )
+        for line in counts.error_details:
+            print(f"error: {line}", file=sys.stderr)
+    if not counts.balanced:
+        print("error: run counts do not balance", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_ERROR if counts.errors else EXIT_OK
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    import time
+
+    with _open(args) as store:
+        t0 = time.perf_counter()
+        last = store.reindex()
+        took = time.perf_counter() - t0
+    msg = {"events": last, "seconds": round(took, 3)}
+    if args.json:
+        _print_json(msg)
+    else:
+        print(f"replayed {last} events in {took:.2f}s into {store.db_path}")
+    return EXIT_OK
+
+
+def cmd_find(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        ids = store.find(args.header, args.value)
+        if args.json:
+            _print_json(ids)
+        else:
+            for mid in ids:
+                rec = store.get(mid) or {}
+                print(f"{mid}\t{rec.get('date_iso') or '-'}\t{rec.get('subject') or ''}")
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        if args.raw:
+            sys.stdout.buffer.write(store.raw(args.id))
+            return EXIT_OK
+        rec = store.get(args.id)
+        if rec is None:
+            raise NotFoundError(f"no message {args.id!r} in the store")
+        if args.json:
+            rec["headers"] = [{"name": n, "value": v} for n, v in rec["headers"]]
+            _print_json(rec)
+            return EXIT_OK
+        for key in ("message_id", "date_iso", "from_addr", "to_addrs", "subject", "list_id",
+                    "source", "folder", "size", "sha256"):  # fmt: skip
+            print(f"{key}: {rec.get(key)}")
+        print()
+        for name, value in rec["headers"]:
+            print(f"{name}: {value}")
+    return EXIT_OK
+
+
+def cmd_thread(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        ids = store.walk_thread(args.id)
+        if args.json:
+            _print_json(ids)
+            return EXIT_OK
+        for mid in ids:
+            rec = store.get(mid) or {}
+            print(
+                f"{rec.get('date_iso') or '(undated)':20}  {rec.get('from_addr') or '-':30}"
+                f"  {rec.get('subject') or ''}  <{mid}>"
+            )
+    return EXIT_OK
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        if not store.delete(args.id, reason=args.reason, actor=args.actor):
+            raise NotFoundError(f"no message {args.id!r} in the store")
+    print(f"deleted {args.id}")
+    return EXIT_OK
+
+
+def _format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[("NULL" if v is None else str(v)) for v in row] for row in rows]
+    widths = [min(60, max([len(c)] + [len(r[i]) for r in cells])) for i, c in enumerate(columns)]
+    fmt = lambda vals: "  ".join(v[:60].ljust(w) for v, w in zip(vals, widths, strict=True))  # noqa: E731
+    return "\n".join([fmt(list(columns)), fmt(["-" * w for w in widths]), *map(fmt, cells)])
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    import duckdb
+
+    with _open(args) as store:
+        try:
+            table = store.query(args.sql)
+        except duckdb.Error as exc:
+            raise UsageError(f"query failed: {exc}") from exc
+    if args.json:
+        _print_json(table.to_pylist())
+    else:
+        rows = [tuple(r.values()) for r in table.to_pylist()]
+        print(_format_table(table.column_names, rows))
+        print(f"({table.num_rows} rows)")
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        problems = store.verify(blobs=not args.no_blobs)
+        events = store.log.last_seq()
+    if args.json:
+        _print_json({"ok": not problems, "events": events, "problems": problems})
+    elif problems:
+        for p in problems:
+            print(f"problem: {p}")
+    else:
+        print(f"ok: {events} events, log intact, projections equal a fresh replay")
+    return EXIT_ERROR if problems else EXIT_OK
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        before, after = store.compact(target_rows=args.target_rows)
+    if args.json:
+        _print_json({"files_before": before, "files_after": after})
+    else:
+        print(f"compacted the log: {before} files -> {after}")
+    return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        stats = store.stats()
+    if args.json:
+        _print_json(stats)
+    else:
+        for key, value in stats.items():
+            print(f"{key}: {value}")
+    return EXIT_OK
+
+
+def cmd_cursor_log(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        moves = store.cursor_log(args.account, args.folder)
+    if args.json:
+        _print_json(moves)
+        return EXIT_OK
+    if not moves:
+        print(f"no cursor events for {args.account} {args.folder}")
+    for m in moves:
+        when = m["recorded_at"].isoformat() if m["recorded_at"] else "-"
+        if m["type"] == "uidvalidity-changed":
+            print(
+                f"seq={m['seq']} {when} run={m['run_id']} ALARM uidvalidity"
+                f" {m['old_uidvalidity']}->{m['new_uidvalidity']} action={m['action']}"
+            )
+        else:
+            print(
+                f"seq={m['seq']} {when} run={m['run_id']} mode={m['mode']}"
+                f" uidvalidity={m['uidvalidity']} cursor={m['cursor_from']}->{m['cursor_to']}"
+                f" uidnext={m['uidnext']} reason={m['reason']}"
+            )
+    return EXIT_OK
+
+
+# -- parser --------------------------------------------------------------------
+
+
+def _sub(
+    subs: Any, name: str, fn: Callable[[argparse.Namespace], int], help: str, example: str
+) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = subs.add_parser(
+        name, help=help, description=help,
+        epilog=f"example:\n  {example}", formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    p.set_defaults(fn=fn)
+    return p
+
+
+def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="mailledger",
+        description="Keep mail safe and findable: an event log of every message seen.",
+        epilog=textwrap.dedent(
+            """\
+            examples:
+              mailledger import maildir ~/Maildir
+              mailledger find subject 'Re: budget'
+              mailledger thread '<id@example.com>'
+              mailledger query "select * from thread('<id@example.com>')"
+            """
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--store", type=Path, default=default_store_path(env),
+        help="store directory (default: $MAILLEDGER_STORE, else $XDG_DATA_HOME/mailledger)",
+    )  # fmt: skip
+    subs = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = _sub(subs, "import", cmd_import, "import mail from a Maildir tree or an mbox file",
+             "mailledger import maildir ~/Maildir")  # fmt: skip
+    p.add_argument("kind", choices=["maildir", "mbox"])
+    p.add_argument("path")
+    p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("--json", action="store_true")
+
+    p = _sub(subs, "replay", cmd_replay, "rebuild every projection from the event log",
+             "mailledger replay")  # fmt: skip
+    p.add_argument("--json", action="store_true")
+
+    p = _sub(subs, "find", cmd_find, "find messages by a normalized header value",
+             "mailledger find from joe@example.com")  # fmt: skip
+    p.add_argument("header", help="subject, from, to, cc, date, in-reply-to, references, "
+                   "list-id or message-id")  # fmt: skip
+    p.add_argument("value")
+    p.add_argument("--json", action="store_true", help="a JSON array of Message-IDs")
+
+    p = _sub(subs, "show", cmd_show, "show a message's primary record",
+             "mailledger show '<id@example.com>'")  # fmt: skip
+    p.add_argument("id")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--raw", action="store_true", help="print the raw message bytes")
+
+    p = _sub(subs, "thread", cmd_thread, "list every stored message of a thread, oldest first",
+             "mailledger thread '<id@example.com>' --json")  # fmt: skip
+    p.add_argument("id")
+    p.add_argument("--json", action="store_true", help="a JSON array of Message-IDs")
+
+    p = _sub(subs, "delete", cmd_delete, "delete a message from the store (recorded in the log)",
+             "mailledger delete '<id@example.com>' --reason 'handled'")  # fmt: skip
+    p.add_argument("id")
+    p.add_argument("--reason", default="deleted from the command line")
+    p.add_argument("--actor", default="cli")
+
+    p = _sub(subs, "query", cmd_query, "ask DuckDB anything: views events, messages, "
+             "header_index, thread_edges, thread_nodes, locations, cursors; macro thread(id)",
+             "mailledger query \"select list_id, count(*) from messages group by 1\"")  # fmt: skip
+    p.add_argument("sql")
+    p.add_argument("--json", action="store_true")
+
+    p = _sub(subs, "verify", cmd_verify, "check the log, the blobs, and that the projections "
+             "equal a fresh replay", "mailledger verify")  # fmt: skip
+    p.add_argument("--no-blobs", action="store_true", help="skip reading every blob")
+    p.add_argument("--json", action="store_true")
+
+    p = _sub(subs, "compact", cmd_compact, "merge small log files (no event changes)",
+             "mailledger compact")  # fmt: skip
+    p.add_argument("--target-rows", type=int, default=100_000)
+    p.add_argument("--json", action="store_true")
+
+    p = _sub(subs, "stats", cmd_stats, "counts and sizes of the store", "mailledger stats --json")
+    p.add_argument("--json", action="store_true")
+
+    p = _sub(subs, "cursor", cmd_cursor_log, "explain a folder's cursor, move by move",
+             "mailledger cursor log gmail '[Gmail]/All Mail'")  # fmt: skip
+    p.add_argument("action", choices=["log"])
+    p.add_argument("account")
+    p.add_argument("folder")
+    p.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    env = os.environ if env is None else env
+    try:
+        args = build_parser(env).parse_args(argv)
+        return int(args.fn(args))
+    except (UsageError, ConfigError) as exc:
+        print(f"mailledger: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except NotFoundError as exc:
+        print(f"mailledger: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except (LogIntegrityError, LockTimeout, MailledgerError) as exc:
+        print(f"mailledger: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("mailledger: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

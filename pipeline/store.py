@@ -1,0 +1,441 @@
+"""``MessageStore``: the API handlers and scripts use (SPEC §4).
+
+Every write goes through the event log (blobs first, then one atomic commit,
+then the projections fold the new events); every read goes through the
+projections. A store is a directory::
+
+    STORE/log/*.parquet        the events: the truth
+    STORE/blobs/ab/abcd...     raw messages by sha256, compressed: the truth
+    STORE/projections.duckdb   derived; delete it and ``replay`` restores it
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email
+import email.policy
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from pipeline.clock import Clock, SystemClock, new_run_id
+from pipeline.parse import ParsedMessage, parse_message
+from projections.fold import applied_seq, apply, index_key, projection_version, rebuild
+from projections.normalize import index_value, normalize_header_name, normalize_msgid
+from projections.tables import PROJECTION_VERSION, fingerprint
+from stores import db
+from stores.blobs import BlobStore
+from stores.errors import LogIntegrityError, NotFoundError, UsageError
+from stores.events import SCHEMA, Event, MessageDeleted, MessageSeen
+from stores.log import EventLog
+
+__all__ = ["MessageStore", "SeenOutcome"]
+
+_FORMAT = {"format": "mailledger-store", "version": 1}
+_REPLAY_CHUNK = 200_000
+
+
+@dataclass(frozen=True)
+class SeenOutcome:
+    """What recording one message did: which id, and whether its body was new."""
+
+    message_id: str
+    sha256: str
+    body_written: bool
+    new_message: bool
+
+
+class MessageStore:
+    """A mail store backed by an event log; open it with ``MessageStore.open(path)``."""
+
+    def __init__(
+        self, root: Path, *, clock: Clock | None = None, run_id: str | None = None
+    ) -> None:
+        self.root = Path(root)
+        self.clock: Clock = clock or SystemClock()
+        self.run_id = run_id or new_run_id(self.clock)
+        self.log = EventLog(self.root / "log")
+        self.blobs = BlobStore(self.root / "blobs")
+        self.db_path = self.root / "projections.duckdb"
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._con_rw = False
+
+    # -- lifecycle ------------------------------------------------------------
+    @classmethod
+    def open(
+        cls, root: Path | str, *, create: bool = True, clock: Clock | None = None,
+        run_id: str | None = None,
+    ) -> MessageStore:  # fmt: skip
+        """Open the store at ``root`` (created when ``create`` and absent)."""
+        root = Path(root)
+        marker = root / "store.json"
+        if not marker.exists():
+            if not create:
+                raise NotFoundError(f"{root}: no mailledger store here")
+            if root.exists() and any(p.name != "store.json" for p in root.iterdir()):
+                raise UsageError(f"{root}: exists, is not empty and is not a mailledger store")
+            root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            tmp = root / "store.json.tmp"
+            tmp.write_text(json.dumps(_FORMAT) + "\n")
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, marker)
+        else:
+            meta = json.loads(marker.read_text())
+            if meta.get("format") != _FORMAT["format"] or meta.get("version") != 1:
+                raise UsageError(f"{marker}: unknown store format {meta!r}")
+        store = cls(root, clock=clock, run_id=run_id)
+        store.log.create()
+        store.blobs.create()
+        return store
+
+    def close(self) -> None:
+        """Release the projection database so other processes can open it."""
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+            self._con_rw = False
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- projection database ----------------------------------------------------
+    def _writer(self) -> duckdb.DuckDBPyConnection:
+        if self._con is not None and not self._con_rw:
+            self.close()
+        if self._con is None:
+            self._con = db.connect(self.db_path, read_only=False)
+            self._con_rw = True
+            if projection_version(self._con) != PROJECTION_VERSION:
+                self._rebuild(self._con)
+        return self._con
+
+    def _reader(self) -> duckdb.DuckDBPyConnection:
+        """A connection whose projections are caught up with the log."""
+        if self._con is None:
+            if self.db_path.exists():
+                con = db.connect(self.db_path, read_only=True)
+                if (
+                    projection_version(con) == PROJECTION_VERSION
+                    and applied_seq(con) == self.log.last_seq()
+                ):
+                    self._con, self._con_rw = con, False
+                    return con
+                con.close()
+            self._catch_up(self._writer())
+        assert self._con is not None
+        return self._con
+
+    def _catch_up(self, con: duckdb.DuckDBPyConnection) -> None:
+        seq = applied_seq(con)
+        last = self.log.last_seq()
+        if seq > last:
+            raise LogIntegrityError(
+                f"{self.db_path}: projections are at seq {seq} but the log ends at {last}"
+            )
+        if seq < last:
+            apply(con, self.log.read(after=seq))
+
+    def _rebuild(self, con: duckdb.DuckDBPyConnection) -> int:
+        return rebuild(con, self._log_chunks())
+
+    def _log_chunks(self) -> Iterator[pa.Table]:
+        files = self.log.files()
+        while files:
+            group, rows = [], 0
+            while files and (not group or rows + files[0].rows <= _REPLAY_CHUNK):
+                f = files.pop(0)
+                group.append(f)
+                rows += f.rows
+            yield self._read_range(group)
+
+    def _read_range(self, group: Sequence[Any]) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        return pa.concat_tables(
+            [pq.read_table(f.path, schema=SCHEMA) for f in group]
+        ).replace_schema_metadata(None)
+
+    # -- writing --------------------------------------------------------------
+    def commit(self, events: Sequence[Event]) -> pa.Table:
+        """Make the batch's blobs durable, commit the events, fold them into projections."""
+        table = self.log.append(events, before_commit=self.blobs.flush)
+        con = self._writer()
+        self._catch_up(con)  # applies this batch (and any a crash left unapplied)
+        return table
+
+    def seen_event(
+        self, parsed: ParsedMessage, *, source: str, folder: str, uidl: str | None = None,
+        uidvalidity: int | None = None, uid: int | None = None, internal_date: Any = None,
+    ) -> MessageSeen:  # fmt: skip
+        """A ``message-seen`` event for a parsed message at a location."""
+        return MessageSeen(
+            run_id=self.run_id, recorded_at=self.clock.now(),
+            source=source, folder=folder, uidl=uidl, uidvalidity=uidvalidity, uid=uid,
+            internal_date=internal_date, message_id=parsed.message_id, sha256=parsed.sha256,
+            size=parsed.size, headers=parsed.headers, date_utc=parsed.date_utc,
+            date_offset_min=parsed.date_offset_min, from_addr=parsed.from_addr,
+            to_addrs=parsed.to_addrs, in_reply_to=parsed.in_reply_to,
+            references=parsed.references, list_id=parsed.list_id, subject=parsed.subject,
+            synthetic_id=parsed.synthetic_id, defects=parsed.defects,
+        )  # fmt: skip
+
+    def add(self, uidl: str | None, raw_bytes: bytes, *, source: str = "api",
+            folder: str = "", message_id: str | None = None) -> str:  # fmt: skip
+        """Store one message (seed API); returns its Message-ID.
+
+        An id already in the store keeps its first record; this adds a location.
+        ``message_id`` overrides the parsed id (the legacy UIDL import uses it).
+        """
+        parsed = parse_message(raw_bytes)
+        if message_id is not None:
+            parsed = dataclasses.replace(parsed, message_id=message_id, synthetic_id=True)
+        self.blobs.put(raw_bytes, parsed.sha256)
+        self.commit([self.seen_event(parsed, source=source, folder=folder, uidl=uidl)])
+        return parsed.message_id
+
+    def delete(self, msg_id: str, *, reason: str = "", actor: str = "api") -> bool:
+        """Drop a message from the store; False if it was not there."""
+        mid = normalize_msgid(msg_id) or msg_id
+        if self.get(mid) is None:
+            return False
+        self.commit([MessageDeleted(run_id=self.run_id, recorded_at=self.clock.now(),
+                                    message_id=mid, actor=actor, reason=reason)])  # fmt: skip
+        return True
+
+    def reindex(self) -> int:
+        """Rebuild every projection from the log (= ``mailledger replay``); returns last seq.
+
+        The new database is built beside the old one and renamed over it, so a
+        crash midway leaves the old projections in place.
+        """
+        self.close()
+        tmp = self.db_path.with_suffix(".duckdb.rebuild")
+        for p in (tmp, Path(str(tmp) + ".wal")):
+            p.unlink(missing_ok=True)
+        con = duckdb.connect(str(tmp))
+        try:
+            last = self._rebuild(con)
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+        os.chmod(tmp, 0o600)
+        Path(str(self.db_path) + ".wal").unlink(missing_ok=True)
+        os.replace(tmp, self.db_path)
+        return last
+
+    # -- reading --------------------------------------------------------------
+    def get(self, msg_id: str) -> dict[str, Any] | None:
+        """The primary record of ``msg_id`` (with or without angle brackets), or None."""
+        mid = normalize_msgid(msg_id) or msg_id
+        cur = self._reader().execute("SELECT * FROM messages WHERE message_id = ?", [mid])
+        rows = cur.fetchall()
+        if not rows:
+            return None
+        names = [d[0] for d in cur.description]
+        rec = dict(zip(names, rows[0], strict=True))
+        rec["headers"] = [(h["name"], h["value"]) for h in rec["headers"] or ()]
+        return rec
+
+    def raw(self, msg_id: str) -> bytes:
+        """The message's raw bytes, checked against its sha256."""
+        mid = normalize_msgid(msg_id) or msg_id
+        row = (
+            self._reader()
+            .execute("SELECT sha256 FROM messages WHERE message_id = ?", [mid])
+            .fetchall()
+        )
+        if not row:
+            raise NotFoundError(f"no message {msg_id!r} in the store")
+        return self.blobs.get(row[0][0])
+
+    def message(self, msg_id: str) -> EmailMessage:
+        """The message parsed as an ``email.message.EmailMessage``."""
+        msg = email.message_from_bytes(self.raw(msg_id), policy=email.policy.default)
+        assert isinstance(msg, EmailMessage)
+        return msg
+
+    def find(self, header: str, value: str) -> list[str]:
+        """Message-IDs whose ``header`` matches ``value`` after the index normalization."""
+        name = normalize_header_name(header)
+        if name is None:
+            raise UsageError(
+                f"cannot search header {header!r}: use subject, from, to, cc, date, "
+                "in-reply-to, references, list-id or message-id"
+            )
+        key = index_value(name, value)
+        if key is None:
+            return []
+        con = self._reader()
+        if name == "message-id":
+            rows = con.execute("SELECT message_id FROM messages WHERE message_id = ?", [key])
+        else:
+            rows = con.execute(
+                "SELECT h.message_id FROM header_index h WHERE h.key = ?", [index_key(name, key)]
+            )
+        return sorted(r[0] for r in rows.fetchall())
+
+    def walk_thread(self, msg_id: str) -> list[str]:
+        """Every stored message of ``msg_id``'s thread, oldest first (undated last).
+
+        The thread is the connected component of the reply graph, ghost nodes
+        (ids never stored or since deleted) included, so gaps never split it.
+        """
+        mid = normalize_msgid(msg_id) or msg_id
+        con = self._reader()
+        row = con.execute("SELECT thread_id FROM thread_nodes WHERE message_id = ?", [mid])
+        found = row.fetchall()
+        if not found:
+            raise NotFoundError(f"no message {msg_id!r} in the store")
+        rows = con.execute(
+            "SELECT m.message_id FROM thread_nodes n JOIN messages m USING (message_id)"
+            " WHERE n.thread_id = ? ORDER BY m.date_iso NULLS LAST, m.message_id",
+            [found[0][0]],
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def contains_uidl(self, uidl: str) -> bool:
+        row = (
+            self._reader()
+            .execute("SELECT 1 FROM locations WHERE uidl = ? LIMIT 1", [uidl])
+            .fetchall()
+        )
+        return bool(row)
+
+    def uidls(self) -> list[str]:
+        """Every UIDL ever downloaded (seed ``_uidls``)."""
+        rows = self._reader().execute(
+            "SELECT DISTINCT uidl FROM locations WHERE uidl IS NOT NULL ORDER BY uidl"
+        )
+        return [r[0] for r in rows.fetchall()]
+
+    def message_ids(self) -> list[str]:
+        rows = self._reader().execute("SELECT message_id FROM messages ORDER BY message_id")
+        return [r[0] for r in rows.fetchall()]
+
+    def has_sha(self, sha: str) -> bool:
+        """True when the store already holds a body with this content hash."""
+        return self.blobs.has(sha)
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        """Run SQL over the projections and the ``events`` view of the log."""
+        con = self._reader()
+        self._define_views(con)
+        rel = con.sql(sql, params=list(params) if params else None)
+        return rel.to_arrow_table() if rel is not None else pa.table({})
+
+    def _define_views(self, con: duckdb.DuckDBPyConnection) -> None:
+        files = [str(f.path) for f in self.log.files()]
+        if files:
+            listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+            con.execute(
+                f"CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM read_parquet([{listing}])"
+            )
+        else:
+            con.register("_empty_events", SCHEMA.empty_table())
+            con.execute("CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM _empty_events")
+        con.execute(
+            "CREATE OR REPLACE TEMP MACRO thread(id) AS TABLE"
+            " SELECT m.* FROM messages m JOIN thread_nodes n USING (message_id)"
+            " WHERE n.thread_id = (SELECT thread_id FROM thread_nodes"
+            "   WHERE message_id = trim(id, '<> '))"
+            " ORDER BY m.date_iso NULLS LAST, m.message_id"
+        )
+
+    def cursor_log(self, account: str, folder: str) -> list[dict[str, Any]]:
+        """Every move of a folder's cursor, oldest first, straight from the log."""
+        table = self.query(
+            "SELECT seq, type, run_id, recorded_at, mode, uidvalidity, cursor_from, cursor_to,"
+            " uidnext, old_uidvalidity, new_uidvalidity, action, reason FROM events"
+            " WHERE type IN ('cursor-moved', 'uidvalidity-changed')"
+            " AND source = ? AND folder = ? ORDER BY seq",
+            [account, folder],
+        )
+        return table.to_pylist()
+
+    def stats(self) -> dict[str, Any]:
+        con = self._reader()
+        one = lambda sql: con.execute(sql).fetchall()[0][0]  # noqa: E731
+        blob_count = 0
+        blob_bytes = 0
+        for sha in self.blobs.shas():
+            blob_count += 1
+            blob_bytes += self.blobs.path(sha).stat().st_size
+        log_bytes = sum(f.path.stat().st_size for f in self.log.files())
+        db_bytes = self.db_path.stat().st_size if self.db_path.exists() else 0
+        return {
+            "events": self.log.last_seq(),
+            "log_files": len(self.log.files()),
+            "messages": one("SELECT count(*) FROM messages"),
+            "threads": one("SELECT count(DISTINCT thread_id) FROM thread_nodes"),
+            "ghosts": one(
+                "SELECT count(*) FROM thread_nodes n ANTI JOIN messages m USING (message_id)"
+            ),
+            "locations": one("SELECT count(*) FROM locations"),
+            "malformed": one("SELECT count(*) FROM messages WHERE len(defects) > 0"),
+            "synthetic_ids": one("SELECT count(*) FROM messages WHERE synthetic_id"),
+            "blobs": blob_count,
+            "blob_bytes": blob_bytes,
+            "log_bytes": log_bytes,
+            "projection_bytes": db_bytes,
+            "bytes": blob_bytes + log_bytes + db_bytes,
+        }
+
+    # -- integrity ------------------------------------------------------------
+    def verify(self, *, blobs: bool = True) -> list[str]:
+        """Problems found: log damage, missing or corrupt blobs, projections that drifted."""
+        problems = self.log.verify()
+        if problems:
+            return problems
+        con = self._reader()
+        last = self.log.last_seq()
+        seq = applied_seq(con)
+        if seq != last:
+            problems.append(f"projections are at seq {seq}, the log at {last}")
+        if blobs:
+            shas = con.execute(
+                "SELECT DISTINCT sha256 FROM locations"
+                " WHERE message_id IN (SELECT message_id FROM messages) ORDER BY 1"
+            ).fetchall()
+            for (sha,) in shas:
+                try:
+                    self.blobs.get(sha)
+                except Exception as exc:
+                    problems.append(str(exc))
+        fresh = duckdb.connect()
+        try:
+            rebuild(fresh, self._log_chunks())
+            want = fingerprint(fresh)
+        finally:
+            fresh.close()
+        have = fingerprint(con)
+        for table, digest in want.items():
+            if have.get(table) != digest:
+                problems.append(
+                    f"projection table {table!r} differs from a fresh replay of the log"
+                )
+        return problems
+
+    def compact(self, target_rows: int = 100_000) -> tuple[int, int]:
+        """Merge small log files; returns (files before, files after)."""
+        return self.log.compact(target_rows=target_rows)
+
+
+def iter_batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

@@ -1,0 +1,244 @@
+"""Event types of the mailledger log and the one Arrow schema that holds them all.
+
+The log is a single wide table: every event type fills the columns it needs and
+leaves the rest NULL. One schema for the whole log keeps files plain Parquet that
+any engine can read with ``SELECT * FROM read_parquet('log/*.parquet')``.
+
+Schema version 1. Types and columns may be added in later versions; none may be
+changed or removed (an old log must always replay).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+__all__ = [
+    "EVENT_TYPES",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "CursorMoved",
+    "Event",
+    "LocationVanished",
+    "MessageDeleted",
+    "MessageSeen",
+    "UidvalidityChanged",
+    "events_from_table",
+    "events_to_table",
+]
+
+SCHEMA_VERSION = 1
+
+_TS = pa.timestamp("us", tz="UTC")
+_HEADER = pa.struct([("name", pa.string()), ("value", pa.string())])
+
+SCHEMA = pa.schema(
+    [
+        # common to every event
+        ("seq", pa.int64(), False),
+        ("type", pa.string(), False),
+        ("schema_version", pa.int16(), False),
+        ("run_id", pa.string(), False),
+        ("recorded_at", _TS, False),
+        # location: where a source showed us something
+        ("source", pa.string()),
+        ("folder", pa.string()),
+        ("uidvalidity", pa.int64()),
+        ("uid", pa.int64()),
+        ("uidl", pa.string()),
+        # the message
+        ("message_id", pa.string()),
+        ("sha256", pa.string()),
+        ("size", pa.int64()),
+        ("internal_date", _TS),
+        ("headers", pa.list_(_HEADER)),
+        ("date_utc", _TS),
+        ("date_offset_min", pa.int32()),
+        ("from_addr", pa.string()),
+        ("to_addrs", pa.list_(pa.string())),
+        ("in_reply_to", pa.string()),
+        ("references", pa.list_(pa.string())),
+        ("list_id", pa.string()),
+        ("subject", pa.string()),
+        ("synthetic_id", pa.bool_()),
+        ("defects", pa.list_(pa.string())),
+        # message-deleted
+        ("actor", pa.string()),
+        ("reason", pa.string()),
+        # uidvalidity-changed
+        ("old_uidvalidity", pa.int64()),
+        ("new_uidvalidity", pa.int64()),
+        ("action", pa.string()),
+        # cursor-moved
+        ("cursor_from", pa.int64()),
+        ("cursor_to", pa.int64()),
+        ("uidnext", pa.int64()),
+        ("mode", pa.string()),
+    ],
+    metadata={"mailledger.schema_version": str(SCHEMA_VERSION)},
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """Fields every event carries. ``seq`` is None until the log commits it."""
+
+    type: ClassVar[str] = ""
+    run_id: str
+    recorded_at: datetime
+    seq: int | None = None
+
+    def to_row(self) -> dict[str, Any]:
+        row: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if "headers" in row and row["headers"] is not None:
+            row["headers"] = [{"name": n, "value": v} for n, v in row["headers"]]
+        row["type"] = self.type
+        row["schema_version"] = SCHEMA_VERSION
+        return row
+
+
+@dataclass(frozen=True, kw_only=True)
+class MessageSeen(Event):
+    """A source showed us a message at a location."""
+
+    type: ClassVar[str] = "message-seen"
+    source: str
+    folder: str
+    message_id: str
+    sha256: str
+    size: int
+    uidvalidity: int | None = None
+    uid: int | None = None
+    uidl: str | None = None
+    internal_date: datetime | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    date_utc: datetime | None = None
+    date_offset_min: int | None = None
+    from_addr: str | None = None
+    to_addrs: tuple[str, ...] = ()
+    in_reply_to: str | None = None
+    references: tuple[str, ...] = ()
+    list_id: str | None = None
+    subject: str | None = None
+    synthetic_id: bool = False
+    defects: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class MessageDeleted(Event):
+    """The store dropped a message (a handler finished with it, or a person deleted it)."""
+
+    type: ClassVar[str] = "message-deleted"
+    message_id: str
+    actor: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class UidvalidityChanged(Event):
+    """A folder's UIDVALIDITY differs from its cursor's."""
+
+    type: ClassVar[str] = "uidvalidity-changed"
+    source: str
+    folder: str
+    old_uidvalidity: int | None
+    new_uidvalidity: int
+    action: str
+    mode: str = "full"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CursorMoved(Event):
+    """A folder's cursor moved from ``cursor_from`` to ``cursor_to``."""
+
+    type: ClassVar[str] = "cursor-moved"
+    source: str
+    folder: str
+    uidvalidity: int
+    cursor_from: int | None
+    cursor_to: int
+    mode: str
+    reason: str
+    uidnext: int | None = None
+
+    MODES: ClassVar[frozenset[str]] = frozenset(
+        {"full", "since", "new-only", "delta", "watch", "reconcile"}
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocationVanished(Event):
+    """A reconcile found a message gone from a server folder; the store keeps it."""
+
+    type: ClassVar[str] = "location-vanished"
+    source: str
+    folder: str
+    message_id: str
+    uidvalidity: int | None = None
+    uid: int | None = None
+    uidl: str | None = None
+    reason: str = ""
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (MessageSeen, MessageDeleted, UidvalidityChanged, CursorMoved, LocationVanished)
+}
+
+_TUPLE_FIELDS = {"to_addrs", "references", "defects"}
+
+
+def events_to_table(events: Sequence[Event], first_seq: int | None = None) -> pa.Table:
+    """Rows of the log schema for ``events``; assigns seq from ``first_seq`` when given."""
+    columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
+    for i, ev in enumerate(events):
+        row = ev.to_row()
+        if first_seq is not None:
+            row["seq"] = first_seq + i
+        for name in SCHEMA.names:
+            value = row.get(name)
+            if name in _TUPLE_FIELDS and value is not None:
+                value = list(value)
+            columns[name].append(value)
+    return pa.table(columns, schema=SCHEMA)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def events_from_table(table: pa.Table) -> list[Event]:
+    """Typed events for the rows of a log table (the inverse of ``events_to_table``)."""
+    out: list[Event] = []
+    for row in table.to_pylist():
+        cls = EVENT_TYPES[row["type"]]
+        kwargs: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            value = row.get(f.name)
+            if f.name == "headers":
+                value = tuple((h["name"], h["value"]) for h in value or ())
+            elif f.name in _TUPLE_FIELDS:
+                value = tuple(value or ())
+            elif isinstance(value, datetime):
+                value = _utc(value)
+            if value is None and f.default is not dataclasses.MISSING:
+                value = f.default
+            kwargs[f.name] = value
+        out.append(cls(**kwargs))
+    return out
+
+
+def batch_of(events: Iterable[Event]) -> list[Event]:
+    """Events as a list, checked to be uncommitted (no seq yet)."""
+    batch = list(events)
+    for ev in batch:
+        if ev.seq is not None:
+            raise ValueError(f"event already committed at seq {ev.seq}")
+    return batch

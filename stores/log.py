@@ -1,0 +1,310 @@
+"""The Parquet event log: the only truth of a store.
+
+Each commit writes one Parquet file named after the seq range it holds,
+``00000000000000000001-00000000000000000250.parquet``. A commit is atomic: the
+batch goes to a temporary name, is fsynced, renamed into place, and the
+directory is fsynced; a reader lists only finished names, so it never sees half
+a batch. A writer lock (``flock`` on ``log/.lock``) serializes commits and
+assigns seq contiguously.
+
+Every file carries, in its Parquet key-value metadata, a sha256 digest of its
+rows; ``verify`` recomputes it, so a file edited behind mailledger's back is
+named. Compaction writes a merged file first and removes the small ones after;
+while both exist, readers take the file that covers the wider range, so no
+reader ever sees an event twice or misses one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from stores.errors import LockTimeout, LogIntegrityError
+from stores.events import SCHEMA, SCHEMA_VERSION, Event, events_from_table, events_to_table
+
+__all__ = ["EventLog", "LogFile", "table_digest"]
+
+_NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
+_DIGEST_KEY = b"mailledger.digest"
+_FIRST_KEY = b"mailledger.first_seq"
+_LAST_KEY = b"mailledger.last_seq"
+_VERSION_KEY = b"mailledger.schema_version"
+
+
+def table_digest(table: pa.Table) -> str:
+    """A sha256 over the rows of ``table`` in a canonical, engine-independent form."""
+    h = hashlib.sha256()
+    for name in SCHEMA.names:
+        values = table.column(name).to_pylist() if name in table.column_names else None
+        h.update(name.encode())
+        h.update(json.dumps(values, default=str, ensure_ascii=False).encode())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class LogFile:
+    first: int
+    last: int
+    path: Path
+
+    @property
+    def rows(self) -> int:
+        return self.last - self.first + 1
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _file_name(first: int, last: int) -> str:
+    return f"{first:020d}-{last:020d}.parquet"
+
+
+class EventLog:
+    """Append-only, crash-safe Parquet log with a global contiguous ``seq``."""
+
+    def __init__(self, root: Path, *, durable: bool = True) -> None:
+        self.root = Path(root)
+        self.durable = durable
+
+    # -- layout -------------------------------------------------------------
+    def create(self) -> None:
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def _all_files(self) -> list[LogFile]:
+        out = []
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return []
+        for name in names:
+            m = _NAME.match(name)
+            if m:
+                out.append(LogFile(int(m.group(1)), int(m.group(2)), self.root / name))
+        out.sort(key=lambda f: (f.first, -f.last))
+        return out
+
+    def files(self) -> list[LogFile]:
+        """The files that hold the log, in seq order, each seq exactly once.
+
+        Files wholly covered by a wider one (left by a compaction that has not
+        removed them yet) are passed over. A gap or a partial overlap is damage.
+        """
+        chosen: list[LogFile] = []
+        expected = 1
+        for f in self._all_files():
+            if f.last < f.first:
+                raise LogIntegrityError(f"{f.path}: seq range is reversed")
+            if f.last < expected:
+                continue  # covered by a wider file
+            if f.first != expected:
+                what = "gap" if f.first > expected else "overlap"
+                raise LogIntegrityError(
+                    f"{f.path}: seq {what} (expected a file starting at seq {expected})"
+                )
+            chosen.append(f)
+            expected = f.last + 1
+        return chosen
+
+    def last_seq(self) -> int:
+        files = self.files()
+        return files[-1].last if files else 0
+
+    # -- locking ------------------------------------------------------------
+    @contextlib.contextmanager
+    def lock(self, timeout: float = 60.0) -> Iterator[None]:
+        """Hold the writer lock; raises LockTimeout after ``timeout`` seconds."""
+        self.create()
+        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise LockTimeout(f"{self.root}: writer lock held elsewhere") from None
+                    time.sleep(0.02)
+            yield
+        finally:
+            os.close(fd)  # closing releases the flock
+
+    # -- writing ------------------------------------------------------------
+    def append(self, events: Sequence[Event], *, before_commit: Any = None) -> pa.Table:
+        """Commit ``events`` as one atomic batch; returns the committed rows (with seq).
+
+        ``before_commit`` (a callable) runs under the lock just before the file
+        becomes visible; the store uses it to make the batch's blobs durable.
+        """
+        if not events:
+            return SCHEMA.empty_table()
+        with self.lock():
+            self._remove_leftovers()
+            first = self.last_seq() + 1
+            table = events_to_table(events, first_seq=first)
+            if before_commit is not None:
+                before_commit()
+            self._write(table, first, first + len(events) - 1)
+        return table
+
+    def _write(self, table: pa.Table, first: int, last: int) -> Path:
+        meta = {
+            _DIGEST_KEY: table_digest(table).encode(),
+            _FIRST_KEY: str(first).encode(),
+            _LAST_KEY: str(last).encode(),
+            _VERSION_KEY: str(SCHEMA_VERSION).encode(),
+        }
+        table = table.replace_schema_metadata({**(SCHEMA.metadata or {}), **meta})
+        final = self.root / _file_name(first, last)
+        tmp = self.root / f".tmp-{first}-{last}-{os.getpid()}.parquet"
+        with open(tmp, "wb", opener=lambda p, fl: os.open(p, fl, 0o600)) as fh:
+            pq.write_table(table, fh, compression="zstd", row_group_size=max(1, table.num_rows))
+            fh.flush()
+            if self.durable:
+                os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        if self.durable:
+            _fsync_dir(self.root)
+        return final
+
+    def _remove_leftovers(self) -> None:
+        """Drop temporary files of crashed writers (only ever called under the lock)."""
+        for name in os.listdir(self.root):
+            if name.startswith(".tmp-"):
+                (self.root / name).unlink(missing_ok=True)
+
+    # -- reading ------------------------------------------------------------
+    def read(self, after: int = 0, columns: Sequence[str] | None = None) -> pa.Table:
+        """Events with seq > ``after``, in seq order, as a table of the log schema."""
+        for attempt in range(5):
+            try:
+                return self._read(after, columns)
+            except FileNotFoundError:
+                if attempt == 4:
+                    raise
+                time.sleep(0.01)  # a compaction removed a file we had listed: list again
+        raise AssertionError("unreachable")
+
+    def _read(self, after: int, columns: Sequence[str] | None) -> pa.Table:
+        files = [f for f in self.files() if f.last > after]
+        schema = SCHEMA if columns is None else pa.schema([SCHEMA.field(c) for c in columns])
+        if not files:
+            return schema.empty_table()
+        cols = list(columns) if columns is not None else None
+        parts = []
+        for f in files:
+            try:
+                t = pq.read_table(f.path, columns=cols, schema=schema)
+            except FileNotFoundError:
+                raise
+            except (OSError, pa.ArrowException) as exc:
+                raise LogIntegrityError(f"{f.path}: unreadable: {exc}") from exc
+            parts.append(t)
+        table = pa.concat_tables(parts).replace_schema_metadata(None)
+        if files[0].first <= after:
+            import pyarrow.compute as pc
+
+            table = table.filter(pc.greater(table.column("seq"), after))
+        return table
+
+    def read_events(self, after: int = 0) -> list[Event]:
+        return events_from_table(self.read(after))
+
+    # -- maintenance --------------------------------------------------------
+    def verify(self) -> list[str]:
+        """Problems found in the log (empty when it is whole and untampered)."""
+        problems: list[str] = []
+        try:
+            files = self.files()
+        except LogIntegrityError as exc:
+            return [str(exc)]
+        for f in files:
+            try:
+                pf = pq.ParquetFile(f.path)
+                meta = pf.schema_arrow.metadata or {}
+                table = pf.read()
+            except (OSError, pa.ArrowException) as exc:
+                problems.append(f"{f.path}: unreadable: {exc}")
+                continue
+            if table.num_rows != f.rows:
+                problems.append(f"{f.path}: holds {table.num_rows} rows, its name says {f.rows}")
+                continue
+            seqs = table.column("seq").to_pylist()
+            if seqs != list(range(f.first, f.last + 1)):
+                problems.append(f"{f.path}: seq column does not match its name")
+            digest = meta.get(_DIGEST_KEY)
+            if digest is None:
+                problems.append(f"{f.path}: no mailledger digest in its metadata")
+            elif table_digest(table) != digest.decode():
+                problems.append(f"{f.path}: rows do not match their digest (tampered with?)")
+        return problems
+
+    def compact(self, target_rows: int = 100_000) -> tuple[int, int]:
+        """Merge runs of small files; returns (files before, files after).
+
+        No event or seq changes. The merged file is durable before the small
+        ones are removed, and readers prefer the wider file meanwhile.
+        """
+        with self.lock():
+            self._remove_leftovers()
+            files = self.files()
+            before = len(files)
+            groups: list[list[LogFile]] = []
+            current: list[LogFile] = []
+            rows = 0
+            for f in files:
+                if f.rows >= target_rows:
+                    if current:
+                        groups.append(current)
+                    current, rows = [], 0
+                    continue
+                if current and rows + f.rows > target_rows:
+                    groups.append(current)
+                    current, rows = [], 0
+                current.append(f)
+                rows += f.rows
+            if current:
+                groups.append(current)
+            for group in groups:
+                if len(group) < 2:
+                    continue
+                table = pa.concat_tables(
+                    [pq.read_table(f.path, schema=SCHEMA) for f in group]
+                ).replace_schema_metadata(None)
+                self._write(table, group[0].first, group[-1].last)
+                for f in group:
+                    f.path.unlink()
+                if self.durable:
+                    _fsync_dir(self.root)
+            self._remove_covered()
+            return before, len(self.files())
+
+    def _remove_covered(self) -> None:
+        """Remove files wholly covered by a wider one (a compaction that crashed midway)."""
+        keep = {f.path for f in self.files()}
+        for f in self._all_files():
+            if f.path not in keep:
+                f.path.unlink(missing_ok=True)
+
+    def rewrite(self, f: LogFile, table: pa.Table) -> None:
+        """Replace file ``f`` with ``table`` (same seq range); used by a purge."""
+        if table.num_rows != f.rows:
+            raise LogIntegrityError(f"{f.path}: a rewrite must keep every event")
+        self._write(table.replace_schema_metadata(None), f.first, f.last)
