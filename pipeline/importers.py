@@ -32,7 +32,7 @@ def iter_maildir(root: Path) -> Iterator[tuple[str, str, Path]]:
 
     Messages are the files in ``cur/`` and ``new/`` of every folder (Maildir and
     Maildir++ alike) and loose files elsewhere; ``tmp/`` is skipped. The folder
-    is the directory's path relative to ``root`` (``.`` for the root, Maildir++
+    is the directory's path relative to ``root`` (``INBOX`` for the root, Maildir++
     ``.Sub.Folder`` spelled ``Sub.Folder``). The unique name is the file name
     without its ``:2,FLAGS`` suffix, so a flag change does not make a new location.
     """
@@ -42,7 +42,7 @@ def iter_maildir(root: Path) -> Iterator[tuple[str, str, Path]]:
         here = Path(dirpath)
         folder_dir = here.parent if here.name in ("cur", "new") else here
         rel = folder_dir.relative_to(root).as_posix()
-        folder = "." if rel == "." else "/".join(p.removeprefix(".") for p in rel.split("/"))
+        folder = "INBOX" if rel == "." else "/".join(p.removeprefix(".") for p in rel.split("/"))
         for name in sorted(filenames):
             if not _is_mail_name(name):
                 continue

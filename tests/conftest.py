@@ -1,0 +1,45 @@
+"""Shared fixtures: a fresh store per test, the real-mail corpora beside the repo."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from pipeline.store import MessageStore
+
+REPO = Path(__file__).resolve().parents[1]
+CORPORA = REPO.parent / "shared" / "corpora"
+
+
+class StepClock:
+    """A clock that advances one second per reading: deterministic recorded_at."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.t = start or datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        self.t += timedelta(seconds=1)
+        return self.t
+
+
+@pytest.fixture
+def clock() -> StepClock:
+    return StepClock()
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: StepClock) -> Iterator[MessageStore]:
+    s = MessageStore.open(tmp_path / "store", clock=clock, run_id="test-run")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def notmuch_corpus() -> Path:
+    path = CORPORA / "notmuch"
+    if not path.is_dir():
+        pytest.skip(f"corpus folder absent: {path} (CI always has it)")
+    return path
