@@ -151,8 +151,18 @@ def cmd_show(args: argparse.Namespace) -> int:
             rec["headers"] = [{"name": n, "value": v} for n, v in rec["headers"]]
             _print_json(rec)
             return EXIT_OK
-        for key in ("message_id", "date_iso", "from_addr", "to_addrs", "subject", "list_id",
-                    "source", "folder", "size", "sha256"):  # fmt: skip
+        for key in (
+            "message_id",
+            "date_iso",
+            "from_addr",
+            "to_addrs",
+            "subject",
+            "list_id",
+            "source",
+            "folder",
+            "size",
+            "sha256",
+        ):
             print(f"{key}: {rec.get(key)}")
         print()
         for name, value in rec["headers"]:
@@ -242,6 +252,86 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _interval(text: str) -> float:
+    """``300``, ``30s``, ``5m``, ``1h`` -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        value = float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an interval: {text!r} (try 30s, 5m, 1h)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("the interval must be positive")
+    return value
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    import signal
+    import tempfile
+    import threading
+
+    from pipeline.config import default_config_path, load_config
+    from pipeline.metrics import write_metrics
+    from pipeline.store import MessageStore
+    from pipeline.sync import SyncOptions, sync_accounts
+
+    env = args.env
+    config = load_config(args.config or default_config_path(env), env)
+    store_path = args.store or config.store_path or default_store_path(env)
+    metrics_file = args.metrics_file or config.metrics_file
+    only = set(args.account) if args.account else None
+    if only and not only <= set(config.accounts):
+        unknown = ", ".join(sorted(only - set(config.accounts)))
+        raise UsageError(f"no account named {unknown} in {config.path}")
+    opts = SyncOptions(
+        apply=args.apply,
+        limit=args.limit,
+        reconcile=args.reconcile,
+        measure=args.measure,
+        mode_label="watch" if args.watch else None,
+    )
+    out = sys.stderr if args.json else sys.stdout
+
+    def emit(line: str) -> None:
+        print(line, file=out, flush=True)
+
+    stop = threading.Event()
+    if args.watch:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+
+    code = EXIT_OK
+    while True:
+        if opts.measure:
+            report = sync_accounts(None, config, env, opts, emit=emit, only=only)
+        elif opts.apply:
+            with MessageStore.open(store_path, create=True) as store:
+                report = sync_accounts(store, config, env, opts, emit=emit, only=only)
+        else:  # dry run: read the cursors if a store exists, write nothing anywhere
+            with tempfile.TemporaryDirectory(prefix="mailledger-dry-") as tmp:
+                exists = (Path(store_path) / "store.json").exists()
+                where = Path(store_path) if exists else Path(tmp) / "store"
+                with MessageStore.open(where, create=not exists) as store:
+                    report = sync_accounts(store, config, env, opts, emit=emit, only=only)
+        code = report.exit_code
+        result = report.as_dict()
+        emit(
+            f"{'sync' if opts.apply else 'dry-run' if not opts.measure else 'measure'}"
+            f" run={report.run_id} accounts={len(report.accounts)} errors={report.errors}"
+            f" alarms={len(report.alarms)} balanced={report.balanced} exit={code}"
+        )
+        for alarm in report.alarms:
+            emit(f"ALARM {alarm}")
+        if metrics_file and opts.apply:
+            from pipeline.clock import SystemClock
+
+            write_metrics(Path(metrics_file), result, SystemClock().now())
+        if args.json:
+            _print_json(result)
+        if not args.watch or stop.wait(args.interval):
+            break
+    return code
+
+
 def cmd_cursor_log(args: argparse.Namespace) -> int:
     with _open(args) as store:
         moves = store.cursor_log(args.account, args.folder)
@@ -273,9 +363,12 @@ def _sub(
     subs: Any, name: str, fn: Callable[[argparse.Namespace], int], help: str, example: str
 ) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subs.add_parser(
-        name, help=help, description=help,
-        epilog=f"example:\n  {example}", formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+        name,
+        help=help,
+        description=help,
+        epilog=f"example:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.set_defaults(fn=fn)
     return p
 
@@ -296,67 +389,120 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--store", type=Path, default=default_store_path(env),
+        "--store",
+        type=Path,
+        default=default_store_path(env),
         help="store directory (default: $MAILLEDGER_STORE, else $XDG_DATA_HOME/mailledger)",
-    )  # fmt: skip
+    )
     subs = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = _sub(subs, "import", cmd_import, "import mail from a Maildir tree or an mbox file",
-             "mailledger import maildir ~/Maildir")  # fmt: skip
+    p = _sub(
+        subs,
+        "import",
+        cmd_import,
+        "import mail from a Maildir tree or an mbox file",
+        "mailledger import maildir ~/Maildir",
+    )
     p.add_argument("kind", choices=["maildir", "mbox"])
     p.add_argument("path")
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--json", action="store_true")
 
-    p = _sub(subs, "replay", cmd_replay, "rebuild every projection from the event log",
-             "mailledger replay")  # fmt: skip
+    p = _sub(
+        subs,
+        "replay",
+        cmd_replay,
+        "rebuild every projection from the event log",
+        "mailledger replay",
+    )
     p.add_argument("--json", action="store_true")
 
-    p = _sub(subs, "find", cmd_find, "find messages by a normalized header value",
-             "mailledger find from joe@example.com")  # fmt: skip
-    p.add_argument("header", help="subject, from, to, cc, date, in-reply-to, references, "
-                   "list-id or message-id")  # fmt: skip
+    p = _sub(
+        subs,
+        "find",
+        cmd_find,
+        "find messages by a normalized header value",
+        "mailledger find from joe@example.com",
+    )
+    p.add_argument(
+        "header", help="subject, from, to, cc, date, in-reply-to, references, list-id or message-id"
+    )
     p.add_argument("value")
     p.add_argument("--json", action="store_true", help="a JSON array of Message-IDs")
 
-    p = _sub(subs, "show", cmd_show, "show a message's primary record",
-             "mailledger show '<id@example.com>'")  # fmt: skip
+    p = _sub(
+        subs,
+        "show",
+        cmd_show,
+        "show a message's primary record",
+        "mailledger show '<id@example.com>'",
+    )
     p.add_argument("id")
     p.add_argument("--json", action="store_true")
     p.add_argument("--raw", action="store_true", help="print the raw message bytes")
 
-    p = _sub(subs, "thread", cmd_thread, "list every stored message of a thread, oldest first",
-             "mailledger thread '<id@example.com>' --json")  # fmt: skip
+    p = _sub(
+        subs,
+        "thread",
+        cmd_thread,
+        "list every stored message of a thread, oldest first",
+        "mailledger thread '<id@example.com>' --json",
+    )
     p.add_argument("id")
     p.add_argument("--json", action="store_true", help="a JSON array of Message-IDs")
 
-    p = _sub(subs, "delete", cmd_delete, "delete a message from the store (recorded in the log)",
-             "mailledger delete '<id@example.com>' --reason 'handled'")  # fmt: skip
+    p = _sub(
+        subs,
+        "delete",
+        cmd_delete,
+        "delete a message from the store (recorded in the log)",
+        "mailledger delete '<id@example.com>' --reason 'handled'",
+    )
     p.add_argument("id")
     p.add_argument("--reason", default="deleted from the command line")
     p.add_argument("--actor", default="cli")
 
-    p = _sub(subs, "query", cmd_query, "ask DuckDB anything: views events, messages, "
-             "header_index, thread_edges, thread_nodes, locations, cursors; macro thread(id)",
-             "mailledger query \"select list_id, count(*) from messages group by 1\"")  # fmt: skip
+    p = _sub(
+        subs,
+        "query",
+        cmd_query,
+        "ask DuckDB anything: views events, messages, "
+        "header_index, thread_edges, thread_nodes, locations, cursors; macro thread(id)",
+        'mailledger query "select list_id, count(*) from messages group by 1"',
+    )
     p.add_argument("sql")
     p.add_argument("--json", action="store_true")
 
-    p = _sub(subs, "verify", cmd_verify, "check the log, the blobs, and that the projections "
-             "equal a fresh replay", "mailledger verify")  # fmt: skip
+    p = _sub(
+        subs,
+        "verify",
+        cmd_verify,
+        "check the log, the blobs, and that the projections equal a fresh replay",
+        "mailledger verify",
+    )
     p.add_argument("--no-blobs", action="store_true", help="skip reading every blob")
     p.add_argument("--json", action="store_true")
 
-    p = _sub(subs, "compact", cmd_compact, "merge small log files (no event changes)",
-             "mailledger compact")  # fmt: skip
+    p = _sub(
+        subs,
+        "compact",
+        cmd_compact,
+        "merge small log files (no event changes)",
+        "mailledger compact",
+    )
     p.add_argument("--target-rows", type=int, default=100_000)
     p.add_argument("--json", action="store_true")
 
     p = _sub(subs, "stats", cmd_stats, "counts and sizes of the store", "mailledger stats --json")
     p.add_argument("--json", action="store_true")
 
-    p = _sub(subs, "cursor", cmd_cursor_log, "explain a folder's cursor, move by move",
-             "mailledger cursor log gmail '[Gmail]/All Mail'")  # fmt: skip
+    p = _sub(
+        subs,
+        "cursor",
+        cmd_cursor_log,
+        "explain a folder's cursor, move by move",
+        "mailledger cursor log gmail '[Gmail]/All Mail'",
+    )
     p.add_argument("action", choices=["log"])
     p.add_argument("account")
     p.add_argument("folder")
@@ -369,6 +515,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     env = os.environ if env is None else env
     try:
         args = build_parser(env).parse_args(argv)
+        args.env = env
+        if args.fn is not cmd_sync and args.store is None:
+            args.store = default_store_path(env)
         return int(args.fn(args))
     except (UsageError, ConfigError) as exc:
         print(f"mailledger: {exc}", file=sys.stderr)

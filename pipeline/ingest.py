@@ -9,7 +9,7 @@ few queries, never one per message.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -78,10 +78,21 @@ class Incoming:
 class Ingest:
     """Batching writer of ``message-seen`` events for one source."""
 
-    def __init__(self, store: MessageStore, source: str, *, batch_size: int = 1000,
-                 batch_bytes: int = 32 << 20) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: MessageStore,
+        source: str,
+        *,
+        batch_size: int = 1000,
+        batch_bytes: int = 32 << 20,
+        network: bool = False,
+    ) -> None:
+        """``network``: bodies were downloaded (each counts as fetched); otherwise
+        read from local files (a body counts as fetched only when its bytes are new)."""
         self.store = store
         self.source = source
+        self.network = network
+        self._known: list[tuple[dict[str, Any], Incoming]] = []
         self.batch_size = batch_size
         self.batch_bytes = batch_bytes
         self.counts = RunCounts()
@@ -105,10 +116,22 @@ class Ingest:
         for item in items:
             self.offer(item)
 
-    def flush(self) -> None:
-        """Decide, write blobs, commit one batch."""
+    def offer_known(self, record: dict[str, Any], where: Incoming) -> None:
+        """A message whose content the store holds (``record`` from ``known_records``):
+        recorded at its new location without its body."""
+        self.counts.uids_seen += 1
+        self._known.append((record, where))
+        if len(self._pending) + len(self._known) >= self.batch_size:
+            self.flush()
+
+    def flush(self, extra: Sequence[Event] = ()) -> None:
+        """Decide, write blobs, commit one batch (with ``extra`` events after it)."""
         items, self._pending, self._pending_bytes = self._pending, [], 0
-        if not items:
+        known, self._known = self._known, []
+        if not items and not known:
+            if extra:
+                self.store.commit(list(extra))
+                self.counts.events += len(extra)
             return
         parsed = []
         for it in items:
@@ -116,7 +139,10 @@ class Ingest:
             if it.message_id is not None:
                 p = _with_id(p, it.message_id)
             parsed.append(p)
-        known_locs, owners = self._lookup(items, parsed)
+        known_locs, owners = self._lookup(
+            [p.message_id for p in parsed] + [r["message_id"] for r, _ in known],
+            [p.sha256 for p in parsed] + [r["sha256"] for r, _ in known],
+        )
         events: list[Event] = []
         c = self.counts
         for it, p in zip(items, parsed, strict=True):
@@ -125,7 +151,7 @@ class Ingest:
             if p.defects:
                 c.malformed += 1
             _, written = self.store.blobs.put(it.raw, p.sha256)
-            if written:
+            if written or self.network:
                 c.bodies_fetched += 1
             else:
                 c.known_skipped += 1
@@ -152,23 +178,50 @@ class Ingest:
                     internal_date=it.internal_date,
                 )
             )
+        for rec, it in known:
+            c.processed += 1
+            c.known_skipped += 1
+            owner = owners.get(rec["message_id"])
+            if owner is None:
+                c.new_messages += 1  # known content, but its record was deleted since
+                owners[rec["message_id"]] = self.source
+            elif owner == self.source:
+                c.duplicates += 1
+            else:
+                c.conflicts_other_source += 1
+            key = (it.folder, it.uidvalidity, it.uid, it.uidl, rec["sha256"])
+            if key in known_locs:
+                continue
+            known_locs.add(key)
+            events.append(
+                self.store.seen_event_from_record(
+                    rec,
+                    source=self.source,
+                    folder=it.folder,
+                    uidl=it.uidl,
+                    uidvalidity=it.uidvalidity,
+                    uid=it.uid,
+                    internal_date=it.internal_date,
+                )
+            )
+        events.extend(extra)
         if events:
             self.store.commit(events)
             c.events += len(events)
 
     def _lookup(
-        self, items: list[Incoming], parsed: list[ParsedMessage]
+        self, ids: list[str], shas: list[str]
     ) -> tuple[set[tuple[Any, ...]], dict[str, str]]:
         """Known (location, sha) keys of this source, and the source owning each id."""
         con = self.store._reader()
-        con.register("_q_ids", pa.table({"id": [p.message_id for p in parsed]}))
+        con.register("_q_ids", pa.table({"id": pa.array(ids, pa.string())}))
         owners = dict(
             con.execute(
                 "SELECT message_id, source FROM messages"
                 " WHERE message_id IN (SELECT id FROM _q_ids)"
             ).fetchall()
         )
-        con.register("_q_sha", pa.table({"sha": [p.sha256 for p in parsed]}))
+        con.register("_q_sha", pa.table({"sha": pa.array(shas, pa.string())}))
         rows = con.execute(
             "SELECT folder, uidvalidity, uid, uidl, sha256 FROM locations"
             " WHERE source = ? AND sha256 IN (SELECT sha FROM _q_sha)",

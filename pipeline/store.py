@@ -70,9 +70,13 @@ class MessageStore:
     # -- lifecycle ------------------------------------------------------------
     @classmethod
     def open(
-        cls, root: Path | str, *, create: bool = True, clock: Clock | None = None,
+        cls,
+        root: Path | str,
+        *,
+        create: bool = True,
+        clock: Clock | None = None,
         run_id: str | None = None,
-    ) -> MessageStore:  # fmt: skip
+    ) -> MessageStore:
         """Open the store at ``root`` (created when ``create`` and absent)."""
         root = Path(root)
         marker = root / "store.json"
@@ -174,23 +178,129 @@ class MessageStore:
         return table
 
     def seen_event(
-        self, parsed: ParsedMessage, *, source: str, folder: str, uidl: str | None = None,
-        uidvalidity: int | None = None, uid: int | None = None, internal_date: Any = None,
-    ) -> MessageSeen:  # fmt: skip
+        self,
+        parsed: ParsedMessage,
+        *,
+        source: str,
+        folder: str,
+        uidl: str | None = None,
+        uidvalidity: int | None = None,
+        uid: int | None = None,
+        internal_date: Any = None,
+    ) -> MessageSeen:
         """A ``message-seen`` event for a parsed message at a location."""
         return MessageSeen(
-            run_id=self.run_id, recorded_at=self.clock.now(),
-            source=source, folder=folder, uidl=uidl, uidvalidity=uidvalidity, uid=uid,
-            internal_date=internal_date, message_id=parsed.message_id, sha256=parsed.sha256,
-            size=parsed.size, headers=parsed.headers, date_utc=parsed.date_utc,
-            date_offset_min=parsed.date_offset_min, from_addr=parsed.from_addr,
-            to_addrs=parsed.to_addrs, in_reply_to=parsed.in_reply_to,
-            references=parsed.references, list_id=parsed.list_id, subject=parsed.subject,
-            synthetic_id=parsed.synthetic_id, defects=parsed.defects,
-        )  # fmt: skip
+            run_id=self.run_id,
+            recorded_at=self.clock.now(),
+            source=source,
+            folder=folder,
+            uidl=uidl,
+            uidvalidity=uidvalidity,
+            uid=uid,
+            internal_date=internal_date,
+            message_id=parsed.message_id,
+            sha256=parsed.sha256,
+            size=parsed.size,
+            headers=parsed.headers,
+            date_utc=parsed.date_utc,
+            date_offset_min=parsed.date_offset_min,
+            from_addr=parsed.from_addr,
+            to_addrs=parsed.to_addrs,
+            in_reply_to=parsed.in_reply_to,
+            references=parsed.references,
+            list_id=parsed.list_id,
+            subject=parsed.subject,
+            synthetic_id=parsed.synthetic_id,
+            defects=parsed.defects,
+        )
 
-    def add(self, uidl: str | None, raw_bytes: bytes, *, source: str = "api",
-            folder: str = "", message_id: str | None = None) -> str:  # fmt: skip
+    def seen_event_from_record(
+        self,
+        rec: dict[str, Any],
+        *,
+        source: str,
+        folder: str,
+        uidl: str | None = None,
+        uidvalidity: int | None = None,
+        uid: int | None = None,
+        internal_date: Any = None,
+    ) -> MessageSeen:
+        """A ``message-seen`` event for content the store already holds (no body needed)."""
+        return MessageSeen(
+            run_id=self.run_id,
+            recorded_at=self.clock.now(),
+            source=source,
+            folder=folder,
+            uidl=uidl,
+            uidvalidity=uidvalidity,
+            uid=uid,
+            internal_date=internal_date,
+            message_id=rec["message_id"],
+            sha256=rec["sha256"],
+            size=rec["size"],
+            headers=tuple((h["name"], h["value"]) for h in rec["headers"] or ()),
+            date_utc=rec["date_utc"],
+            date_offset_min=rec["date_offset_min"],
+            from_addr=rec["from_addr"],
+            to_addrs=tuple(rec["to_addrs"] or ()),
+            in_reply_to=rec["in_reply_to"],
+            references=tuple(rec["references"] or ()),
+            list_id=rec["list_id"],
+            subject=rec["subject"],
+            synthetic_id=bool(rec["synthetic_id"]),
+            defects=tuple(rec["defects"] or ()),
+        )
+
+    def known_records(
+        self, pairs: Sequence[tuple[str, int]]
+    ) -> dict[tuple[str, int], dict[str, Any]]:
+        """Primary records matching (Message-ID, size) pairs: content the store already holds.
+
+        A fetcher that learns a message's id and size from an envelope asks this
+        before downloading the body; a match costs a location event, not a body.
+        """
+        if not pairs:
+            return {}
+        con = self._reader()
+        con.register(
+            "_q_pairs",
+            pa.table(
+                {
+                    "message_id": pa.array([p[0] for p in pairs], pa.string()),
+                    "size": pa.array([p[1] for p in pairs], pa.int64()),
+                }
+            ),
+        )
+        table = con.sql(
+            "SELECT m.message_id, m.size, m.sha256, m.headers, m.date_utc, m.date_offset_min,"
+            ' m.from_addr, m.to_addrs, m.in_reply_to, m."references", m.list_id, m.subject,'
+            " m.synthetic_id, m.defects FROM messages m"
+            " JOIN (SELECT DISTINCT message_id, size FROM _q_pairs) q USING (message_id, size)"
+        ).to_arrow_table()
+        con.unregister("_q_pairs")
+        return {(r["message_id"], r["size"]): r for r in table.to_pylist()}
+
+    def cursor(self, account: str, folder: str) -> dict[str, Any] | None:
+        """The sync cursor of (account, folder), or None before the first sync."""
+        cur = self._reader().execute(
+            "SELECT uidvalidity, last_uid, uidnext, mode, seq FROM cursors"
+            " WHERE account = ? AND folder = ?",
+            [account, folder],
+        )
+        rows = cur.fetchall()
+        if not rows:
+            return None
+        return dict(zip([d[0] for d in cur.description], rows[0], strict=True))
+
+    def add(
+        self,
+        uidl: str | None,
+        raw_bytes: bytes,
+        *,
+        source: str = "api",
+        folder: str = "",
+        message_id: str | None = None,
+    ) -> str:
         """Store one message (seed API); returns its Message-ID.
 
         An id already in the store keeps its first record; this adds a location.
@@ -208,8 +318,17 @@ class MessageStore:
         mid = normalize_msgid(msg_id) or msg_id
         if self.get(mid) is None:
             return False
-        self.commit([MessageDeleted(run_id=self.run_id, recorded_at=self.clock.now(),
-                                    message_id=mid, actor=actor, reason=reason)])  # fmt: skip
+        self.commit(
+            [
+                MessageDeleted(
+                    run_id=self.run_id,
+                    recorded_at=self.clock.now(),
+                    message_id=mid,
+                    actor=actor,
+                    reason=reason,
+                )
+            ]
+        )
         return True
 
     def reindex(self) -> int:
@@ -280,7 +399,7 @@ class MessageStore:
             rows = con.execute("SELECT message_id FROM messages WHERE message_id = ?", [key])
         else:
             rows = con.execute(
-                "SELECT h.message_id FROM header_index h WHERE h.key = ?", [index_key(name, key)]
+                "SELECT unnest(message_ids) FROM header_keys WHERE key = ?", [index_key(name, key)]
             )
         return sorted(r[0] for r in rows.fetchall())
 

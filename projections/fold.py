@@ -6,12 +6,16 @@ same tables row for row. A batch is applied in one transaction together with
 the last seq it contains; events at or below that seq are skipped, so applying
 a batch twice changes nothing. No clock, network or file other than the
 DuckDB connection given is touched here.
+
+The fold runs as SQL over the batch registered in DuckDB (the wide columns,
+such as the decoded headers, never pass through Python); Python computes only
+what the normalization rules of ``projections.normalize`` define (subject and
+date keys) and the connected components of the thread graph.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from typing import Any
 
 import duckdb
@@ -19,10 +23,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from projections.normalize import date_key, normalize_subject
-from projections.tables import PROJECTION_VERSION, TABLES, create_indexes, create_tables
+from projections.tables import PROJECTION_VERSION, create_indexes, create_tables
 from stores.errors import LogIntegrityError
 
-__all__ = ["KEY_SEP", "applied_seq", "apply", "index_key", "rebuild"]
+__all__ = ["KEY_SEP", "applied_seq", "apply", "index_key", "projection_version", "rebuild"]
 
 KEY_SEP = "\x1f"
 
@@ -34,25 +38,26 @@ _UIDV = "uidvalidity-changed"
 
 
 def index_key(header: str, value: str) -> str:
-    """The ``header_index.key`` of a normalized (header, value) pair."""
+    """The ``header_keys.key`` of a normalized (header, value) pair."""
     return f"{header}{KEY_SEP}{value}"
+
+
+def _meta(con: duckdb.DuckDBPyConnection, key: str) -> int | None:
+    try:
+        rows = con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchall()
+    except duckdb.CatalogException:
+        return None
+    return int(rows[0][0]) if rows else None
 
 
 def applied_seq(con: duckdb.DuckDBPyConnection) -> int:
     """The last seq folded into these tables (0 for none)."""
-    try:
-        row = con.execute("SELECT value FROM meta WHERE key = 'applied_seq'").fetchall()
-    except duckdb.CatalogException:
-        return 0
-    return int(row[0][0]) if row else 0
+    return _meta(con, "applied_seq") or 0
 
 
 def projection_version(con: duckdb.DuckDBPyConnection) -> int | None:
-    try:
-        row = con.execute("SELECT value FROM meta WHERE key = 'projection_version'").fetchall()
-    except duckdb.CatalogException:
-        return None
-    return int(row[0][0]) if row else None
+    """The PROJECTION_VERSION the tables were built with (None: no tables)."""
+    return _meta(con, "projection_version")
 
 
 def _set_meta(con: duckdb.DuckDBPyConnection, key: str, value: int) -> None:
@@ -62,8 +67,11 @@ def _set_meta(con: duckdb.DuckDBPyConnection, key: str, value: int) -> None:
 
 def rebuild(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table]) -> int:
     """Drop every projection and fold the whole log again; returns the last seq."""
-    for name in TABLES:
-        con.execute(f"DROP TABLE IF EXISTS {name}")
+    for name, kind in con.execute(
+        "SELECT table_name, table_type FROM information_schema.tables"
+        " WHERE table_schema = 'main'"
+    ).fetchall():
+        con.execute(f"DROP {'VIEW' if kind == 'VIEW' else 'TABLE'} IF EXISTS \"{name}\"")
     create_tables(con)
     _set_meta(con, "projection_version", PROJECTION_VERSION)
     _set_meta(con, "applied_seq", 0)
@@ -87,24 +95,24 @@ def apply(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> int:
         raise LogIntegrityError(f"projections at seq {applied} cannot apply a batch from {first}")
     if first <= applied:
         batch = batch.filter(pc.greater(seqs, applied))
+    con.register("_batch", batch)
     con.execute("BEGIN TRANSACTION")
     try:
-        _fold_messages(con, batch)
-        _fold_locations(con, batch)
-        _fold_cursors(con, batch)
+        types = set(batch.column("type").unique().to_pylist())
+        if types & {_SEEN, _DELETED}:
+            _fold_messages(con, batch)
+        if types & {_SEEN, _VANISHED}:
+            _fold_locations(con)
+        if types & {_MOVED, _UIDV}:
+            _fold_cursors(con, batch)
         _set_meta(con, "applied_seq", last)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    finally:
+        con.unregister("_batch")
     return last
-
-
-# -- helpers ---------------------------------------------------------------
-
-
-def _register_ids(con: duckdb.DuckDBPyConnection, name: str, ids: Iterable[str]) -> None:
-    con.register(name, pa.table({"id": pa.array(sorted(set(ids)), type=pa.string())}))
 
 
 def _ids(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
@@ -113,88 +121,148 @@ def _ids(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
 
 # -- primary store, header index, thread graph ------------------------------
 
+# Which message-seen wins, per Message-ID in the batch: after the last delete of
+# the batch, the first sighting; with no delete, the first sighting unless the
+# id was already stored (first seen wins: later sightings add locations only).
+_DECIDE = f"""
+CREATE OR REPLACE TEMP TABLE _decide AS
+WITH ev AS (
+    SELECT seq, type, message_id FROM _batch WHERE type IN ('{_SEEN}', '{_DELETED}')
+), g AS (
+    SELECT message_id, max(seq) FILTER (WHERE type = '{_DELETED}') AS last_del
+    FROM ev GROUP BY message_id
+), w AS (
+    SELECT ev.message_id, min(ev.seq) AS win FROM ev JOIN g USING (message_id)
+    WHERE ev.type = '{_SEEN}' AND ev.seq > coalesce(g.last_del, 0) GROUP BY ev.message_id
+)
+SELECT g.message_id, g.last_del, w.win,
+       g.message_id IN (SELECT message_id FROM messages) AS existed
+FROM g LEFT JOIN w USING (message_id)
+"""
 
-def _fold_messages(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> None:
-    types = batch.column("type").to_pylist()
-    mids = batch.column("message_id").to_pylist()
-    idx = [i for i, t in enumerate(types) if t in (_SEEN, _DELETED)]
-    if not idx:
-        return
-    _register_ids(con, "_touched", (mids[i] for i in idx))
-    existing = _ids(
-        con, "SELECT message_id FROM messages WHERE message_id IN (SELECT id FROM _touched)"
-    )
-
-    # First message-seen of an id wins; a message-deleted removes it; a later
-    # message-seen brings it back.
-    present = set(existing)
-    winner: dict[str, int | None] = {}
-    for i in idx:
-        m = mids[i]
-        if types[i] == _SEEN:
-            if m not in present:
-                present.add(m)
-                winner[m] = i
-        elif m in present:
-            present.discard(m)
-            winner[m] = None
-    removed = [m for m in winner if m in existing]
-    take = sorted(i for i in winner.values() if i is not None)
-    if not removed and not take:
-        return
-
-    if removed:
-        _register_ids(con, "_removed", removed)
-        con.execute("DELETE FROM messages WHERE message_id IN (SELECT id FROM _removed)")
-        con.execute("DELETE FROM header_index WHERE message_id IN (SELECT id FROM _removed)")
-        con.execute("DELETE FROM thread_edges WHERE child IN (SELECT id FROM _removed)")
-
-    new = _message_rows(batch.take(pa.array(take, type=pa.int64())))
-    con.register("_new", new)
-    con.execute("INSERT INTO messages BY NAME SELECT * FROM _new")
-    con.execute(_INSERT_INDEX)
-    con.execute(_INSERT_EDGES)
-    new_parents = _ids(
-        con,
-        "SELECT in_reply_to FROM _new WHERE in_reply_to IS NOT NULL"
-        ' UNION SELECT unnest("references") FROM _new',
-    )
-    _refresh_threads(con, set(removed) | set(new.column("message_id").to_pylist()) | new_parents)
-
-
-def _message_rows(seen: pa.Table) -> pa.Table:
-    subjects = seen.column("subject").to_pylist()
-    dates: list[datetime | None] = seen.column("date_utc").to_pylist()
-    cols: dict[str, Any] = {
-        name: seen.column(name)
-        for name in (
-            "message_id", "seq", "source", "folder", "uidvalidity", "uid", "uidl", "size",
-            "sha256", "headers", "subject", "date_utc", "date_offset_min", "from_addr",
-            "to_addrs", "in_reply_to", "references", "list_id", "synthetic_id", "defects",
-        )
-    }  # fmt: skip
-    cols["subject_key"] = pa.array([normalize_subject(s) for s in subjects], type=pa.string())
-    cols["date_key"] = pa.array([date_key(d) for d in dates], type=pa.string())
-    cols["date_iso"] = pa.array(
-        [d.strftime("%Y-%m-%dT%H:%M:%SZ") if d is not None else None for d in dates],
-        type=pa.string(),
-    )
-    cols["indexed_at"] = seen.column("recorded_at")
-    return pa.table(cols)
-
-
-_INSERT_INDEX = f"""
-INSERT INTO header_index
-SELECT DISTINCT header || '{KEY_SEP}' || value, header, value, message_id FROM (
-    SELECT 'subject' AS header, subject_key AS value, message_id FROM _new
-    UNION ALL SELECT 'from', from_addr, message_id FROM _new
-    UNION ALL SELECT 'to', unnest(to_addrs), message_id FROM _new
-    UNION ALL SELECT 'date', date_key, message_id FROM _new
-    UNION ALL SELECT 'in-reply-to', in_reply_to, message_id FROM _new
-    UNION ALL SELECT 'references', unnest("references"), message_id FROM _new
-    UNION ALL SELECT 'list-id', list_id, message_id FROM _new
+# Index entries of the message rows in table {src}: one per (header, value).
+_ENTRIES = """
+SELECT DISTINCT header || '{sep}' || value AS key, header, value, message_id FROM (
+    SELECT 'subject' AS header, subject_key AS value, message_id FROM {src}
+    UNION ALL SELECT 'from', from_addr, message_id FROM {src}
+    UNION ALL SELECT 'to', unnest(to_addrs), message_id FROM {src}
+    UNION ALL SELECT 'date', date_key, message_id FROM {src}
+    UNION ALL SELECT 'in-reply-to', in_reply_to, message_id FROM {src}
+    UNION ALL SELECT 'references', unnest("references"), message_id FROM {src}
+    UNION ALL SELECT 'list-id', list_id, message_id FROM {src}
 ) WHERE value IS NOT NULL
 """
+
+_MESSAGE_COLUMNS = (
+    "message_id, seq, source, folder, uidvalidity, uid, uidl, size, sha256, subject,"
+    " date_utc, date_offset_min, from_addr, to_addrs, in_reply_to, \"references\", list_id,"
+    " synthetic_id, defects"
+)
+
+
+def _fold_messages(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> None:
+    con.execute(_DECIDE)
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _removed AS SELECT message_id FROM _decide"
+        " WHERE existed AND last_del IS NOT NULL"
+    )
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _win AS SELECT win AS seq FROM _decide"
+        " WHERE win IS NOT NULL AND NOT (existed AND last_del IS NULL)"
+    )
+    removed = con.execute("SELECT count(*) FROM _removed").fetchall()[0][0]
+    wins = [r[0] for r in con.execute("SELECT seq FROM _win ORDER BY seq").fetchall()]
+    if not removed and not wins:
+        return
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _old_entries AS "
+        + _ENTRIES.format(
+            sep=KEY_SEP,
+            src="(SELECT * FROM messages WHERE message_id IN (SELECT message_id FROM _removed))",
+        )
+    )
+    if removed:
+        con.execute("DELETE FROM messages WHERE message_id IN (SELECT message_id FROM _removed)")
+        con.execute("DELETE FROM thread_edges WHERE child IN (SELECT message_id FROM _removed)")
+
+    # The derived columns the normalization rules define, for the winning rows only.
+    small = batch.select(["seq", "subject", "date_utc"])
+    small = small.filter(pc.is_in(small.column("seq"), value_set=pa.array(wins, pa.int64())))
+    dates = small.column("date_utc").to_pylist()
+    con.register(
+        "_derived",
+        pa.table(
+            {
+                "seq": small.column("seq"),
+                "subject_key": pa.array(
+                    [normalize_subject(s) for s in small.column("subject").to_pylist()],
+                    pa.string(),
+                ),
+                "date_key": pa.array([date_key(d) for d in dates], pa.string()),
+                "date_iso": pa.array(
+                    [d.strftime("%Y-%m-%dT%H:%M:%SZ") if d is not None else None for d in dates],
+                    pa.string(),
+                ),
+            }
+        ),
+    )
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE _new AS SELECT {_MESSAGE_COLUMNS},"
+        " d.subject_key, d.date_key, d.date_iso, recorded_at AS indexed_at"
+        " FROM _batch JOIN _derived d USING (seq)"
+    )
+    con.unregister("_derived")
+    con.execute(
+        "INSERT INTO messages BY NAME SELECT n.*, b.headers"
+        " FROM _new n JOIN _batch b USING (seq)"
+    )
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _new_entries AS " + _ENTRIES.format(sep=KEY_SEP, src="_new")
+    )
+    _merge_header_keys(con)
+    con.execute(_INSERT_EDGES)
+    affected = (
+        _ids(con, "SELECT message_id FROM _removed")
+        | _ids(con, "SELECT message_id FROM _new")
+        | _ids(
+            con,
+            "SELECT in_reply_to FROM _new WHERE in_reply_to IS NOT NULL"
+            ' UNION SELECT unnest("references") FROM _new',
+        )
+    )
+    _refresh_threads(con, affected)
+    for name in ("_decide", "_removed", "_win", "_new", "_old_entries", "_new_entries"):
+        con.execute(f"DROP TABLE {name}")
+
+
+def _merge_header_keys(con: duckdb.DuckDBPyConnection) -> None:
+    """Each touched key's id list: the old ids less the removed, plus the new (sorted)."""
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE _touched_keys AS
+        SELECT key FROM _old_entries UNION SELECT key FROM _new_entries
+        """
+    )
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE _merged AS
+        WITH cur AS (
+            SELECT key, header, value, unnest(message_ids) AS message_id FROM header_keys
+            WHERE key IN (SELECT key FROM _touched_keys)
+        ), entries AS (
+            SELECT * FROM cur WHERE message_id NOT IN (SELECT message_id FROM _removed)
+            UNION SELECT key, header, value, message_id FROM _new_entries
+        )
+        SELECT key, any_value(header) AS header, any_value(value) AS value,
+               list(message_id ORDER BY message_id) AS message_ids
+        FROM entries GROUP BY key
+        """
+    )
+    con.execute("DELETE FROM header_keys WHERE key IN (SELECT key FROM _touched_keys)")
+    con.execute("INSERT INTO header_keys SELECT * FROM _merged")
+    con.execute("DROP TABLE _merged")
+    con.execute("DROP TABLE _touched_keys")
+
 
 _INSERT_EDGES = """
 INSERT INTO thread_edges
@@ -214,23 +282,42 @@ def _refresh_threads(con: duckdb.DuckDBPyConnection, affected: set[str]) -> None
     """
     if not affected:
         return
-    _register_ids(con, "_affected", affected)
-    candidates = affected | _ids(
-        con,
-        "SELECT message_id FROM thread_nodes WHERE thread_id IN "
-        "(SELECT thread_id FROM thread_nodes WHERE message_id IN (SELECT id FROM _affected))",
+    con.register("_affected", pa.table({"id": pa.array(sorted(affected), pa.string())}))
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE _cand AS
+        SELECT id FROM _affected
+        UNION SELECT message_id FROM thread_nodes WHERE thread_id IN (
+            SELECT thread_id FROM thread_nodes WHERE message_id IN (SELECT id FROM _affected))
+        """
     )
-    _register_ids(con, "_cand", candidates)
+    con.unregister("_affected")
     con.execute("DELETE FROM thread_nodes WHERE message_id IN (SELECT id FROM _cand)")
-    edges: Sequence[tuple[str, str]] = con.execute(
+    edges = con.sql(
         "SELECT child, parent FROM thread_edges WHERE child IN (SELECT id FROM _cand)"
         " UNION SELECT child, parent FROM thread_edges WHERE parent IN (SELECT id FROM _cand)"
-    ).fetchall()
-    stored = _ids(con, "SELECT message_id FROM messages WHERE message_id IN (SELECT id FROM _cand)")
-    parent: dict[str, str] = {n: n for n in stored}
-    for c, p in edges:
-        parent.setdefault(c, c)
-        parent.setdefault(p, p)
+    ).to_arrow_table()
+    stored = con.sql(
+        "SELECT message_id FROM messages WHERE message_id IN (SELECT id FROM _cand)"
+    ).to_arrow_table()
+    con.execute("DROP TABLE _cand")
+    children: list[str] = edges.column("child").to_pylist()
+    parents_: list[str] = edges.column("parent").to_pylist()
+    nodes, labels = _components(stored.column("message_id").to_pylist(), children, parents_)
+    con.register("_nodes", pa.table({"message_id": nodes, "thread_id": labels}))
+    con.execute("INSERT INTO thread_nodes SELECT message_id, thread_id FROM _nodes")
+    con.unregister("_nodes")
+
+
+def _components(
+    stored: Sequence[str], children: Sequence[str], parents: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """Union-find over the edges: (nodes sorted, the smallest id of each one's component)."""
+    parent: dict[str, str] = dict(zip(stored, stored, strict=True))
+    for x in children:
+        parent.setdefault(x, x)
+    for x in parents:
+        parent.setdefault(x, x)
 
     def find(x: str) -> str:
         root = x
@@ -240,18 +327,16 @@ def _refresh_threads(con: duckdb.DuckDBPyConnection, affected: set[str]) -> None
             parent[x], x = root, parent[x]
         return root
 
-    for c, p in edges:
+    for c, p in zip(children, parents, strict=True):
         rc, rp = find(c), find(p)
         if rc != rp:
-            # keep the smaller id as root: the root is then the component's label
+            # the smaller id becomes the root: the root is then the component's label
             if rc < rp:
                 parent[rp] = rc
             else:
                 parent[rc] = rp
     nodes = sorted(parent)
-    labels = [find(n) for n in nodes]
-    con.register("_nodes", pa.table({"message_id": nodes, "thread_id": labels}))
-    con.execute("INSERT INTO thread_nodes SELECT message_id, thread_id FROM _nodes")
+    return nodes, [find(n) for n in nodes]
 
 
 # -- locations ---------------------------------------------------------------
@@ -262,16 +347,12 @@ _LOC_KEY = (
 )
 
 
-def _fold_locations(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> None:
-    mask = pc.is_in(batch.column("type"), value_set=pa.array([_SEEN, _VANISHED]))
-    rows = batch.filter(mask).select(
-        ["seq", "type", "recorded_at", "source", "folder", "uidvalidity", "uid", "uidl",
-         "message_id", "sha256"]
-    )  # fmt: skip
-    if rows.num_rows == 0:
-        return
-    con.register("_locb", rows)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _loc AS SELECT {_LOC_KEY} AS loc_key, * FROM _locb")
+def _fold_locations(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE _loc AS SELECT {_LOC_KEY} AS loc_key, seq, type,"
+        " recorded_at, source, folder, uidvalidity, uid, uidl, message_id, sha256 FROM _batch"
+        f" WHERE type IN ('{_SEEN}', '{_VANISHED}')"
+    )
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _old AS SELECT * FROM locations"
         " WHERE loc_key IN (SELECT loc_key FROM _loc)"
@@ -302,8 +383,13 @@ def _fold_locations(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> None:
                    arg_min(seen_at, first_seq) AS seen_at, max(vanished_seq) AS vanished_seq
             FROM merged GROUP BY loc_key, sha256
         ), van AS (
-            SELECT loc_key, max(seq) AS vseq FROM _loc
-            WHERE type = 'location-vanished' GROUP BY loc_key
+            -- A vanish applies to the content seen at the location before it, never to
+            -- content first seen there later in the same batch: otherwise a replay (one
+            -- big batch) and incremental applies (vanish and later sighting in separate
+            -- batches) would disagree on vanished_seq.
+            SELECT f.loc_key, f.sha256, max(l.seq) AS vseq
+            FROM folded f JOIN _loc l ON l.loc_key = f.loc_key AND l.seq > f.first_seq
+            WHERE l.type = 'location-vanished' GROUP BY f.loc_key, f.sha256
         )
         SELECT f.loc_key, f.source, f.folder, f.uidvalidity, f.uid, f.uidl, f.sha256,
                f.message_id, f.first_seq, f.last_seq, f.seen_at,
@@ -315,7 +401,7 @@ def _fold_locations(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> None:
                         WHEN f.vanished_seq IS NULL THEN v.vseq
                         ELSE greatest(f.vanished_seq, v.vseq) END > f.last_seq,
                    false) AS vanished
-        FROM folded f LEFT JOIN van v USING (loc_key)
+        FROM folded f LEFT JOIN van v USING (loc_key, sha256)
         """
     )
     con.execute("DROP TABLE _loc")
@@ -331,8 +417,6 @@ def _fold_cursors(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> None:
         ["seq", "type", "recorded_at", "source", "folder", "uidvalidity", "cursor_to",
          "uidnext", "mode", "new_uidvalidity"]
     ).to_pylist()  # fmt: skip
-    if not rows:
-        return
     state: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
         key = (r["source"], r["folder"])

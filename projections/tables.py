@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import duckdb
 
-__all__ = ["PROJECTION_VERSION", "TABLES", "create_indexes", "create_tables", "fingerprint"]
+__all__ = [
+    "PROJECTION_VERSION",
+    "TABLES",
+    "VIEWS",
+    "create_indexes",
+    "create_tables",
+    "fingerprint",
+]
 
 # Bump when a table's shape or a fold's rule changes; a store whose projections
 # carry another version is rebuilt by replay (projections are disposable).
-PROJECTION_VERSION = 1
+PROJECTION_VERSION = 2
 
 _HEADER = "STRUCT(name VARCHAR, value VARCHAR)[]"
 
@@ -35,8 +42,10 @@ TABLES: dict[str, str] = {
         defects VARCHAR[],
         indexed_at TIMESTAMPTZ
     """,
-    "header_index": "key VARCHAR NOT NULL, header VARCHAR NOT NULL, value VARCHAR NOT NULL,"
-    " message_id VARCHAR NOT NULL",
+    # One row per normalized (header, value): the sorted Message-IDs that carry it.
+    # The view ``header_index`` shows it as one row per (header, value, message_id).
+    "header_keys": "key VARCHAR NOT NULL, header VARCHAR NOT NULL, value VARCHAR NOT NULL,"
+    " message_ids VARCHAR[] NOT NULL",
     "thread_edges": "child VARCHAR NOT NULL, parent VARCHAR NOT NULL, kind VARCHAR NOT NULL",
     "thread_nodes": "message_id VARCHAR NOT NULL, thread_id VARCHAR NOT NULL",
     "locations": """
@@ -57,24 +66,25 @@ TABLES: dict[str, str] = {
     """,
 }
 
+# Only the point lookups people wait on get an ART index (get/raw, find,
+# walk_thread); everything else is a scan or a hash join, which DuckDB does
+# fast, and each index costs replay time and disk.
 _INDEXES = {
     "messages_id": "messages(message_id)",
-    "messages_sha": "messages(sha256)",
-    "header_index_key": "header_index(key)",
-    "header_index_msg": "header_index(message_id)",
-    "thread_edges_child": "thread_edges(child)",
-    "thread_edges_parent": "thread_edges(parent)",
+    "header_keys_key": "header_keys(key)",
     "thread_nodes_id": "thread_nodes(message_id)",
-    "thread_nodes_thread": "thread_nodes(thread_id)",
-    "locations_key": "locations(loc_key)",
-    "locations_uidl": "locations(uidl)",
-    "locations_sha": "locations(sha256)",
+}
+
+VIEWS = {
+    "header_index": "SELECT header, value, unnest(message_ids) AS message_id FROM header_keys",
 }
 
 
 def create_tables(con: duckdb.DuckDBPyConnection) -> None:
     for name, cols in TABLES.items():
         con.execute(f"CREATE TABLE IF NOT EXISTS {name} ({cols})")
+    for name, sql in VIEWS.items():
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
 
 
 def create_indexes(con: duckdb.DuckDBPyConnection) -> None:

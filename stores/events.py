@@ -193,18 +193,33 @@ EVENT_TYPES: dict[str, type[Event]] = {
 _TUPLE_FIELDS = {"to_addrs", "references", "defects"}
 
 
+def _field_names(cls: type[Event]) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
+_FIELD_NAMES: dict[type[Event], tuple[str, ...]] = {}
+
+
 def events_to_table(events: Sequence[Event], first_seq: int | None = None) -> pa.Table:
     """Rows of the log schema for ``events``; assigns seq from ``first_seq`` when given."""
-    columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
+    n = len(events)
+    columns: dict[str, list[Any]] = {name: [None] * n for name in SCHEMA.names}
     for i, ev in enumerate(events):
-        row = ev.to_row()
+        for name in _field_names(type(ev)):
+            value = getattr(ev, name)
+            if value is not None:
+                if name == "headers":
+                    value = [{"name": k, "value": v} for k, v in value]
+                elif name in _TUPLE_FIELDS:
+                    value = list(value)
+            columns[name][i] = value
+        columns["type"][i] = ev.type
+        columns["schema_version"][i] = SCHEMA_VERSION
         if first_seq is not None:
-            row["seq"] = first_seq + i
-        for name in SCHEMA.names:
-            value = row.get(name)
-            if name in _TUPLE_FIELDS and value is not None:
-                value = list(value)
-            columns[name].append(value)
+            columns["seq"][i] = first_seq + i
     return pa.table(columns, schema=SCHEMA)
 
 

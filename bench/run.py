@@ -1,0 +1,175 @@
+"""``make bench``: import, replay and lookup figures on a generated corpus.
+
+Every figure is measured in this one run and printed beside its target and a
+baseline measured here too (reading + hashing every file of the corpus, the
+floor any importer pays). Nothing here gates CI; it prints.
+
+    python -m bench.run [--messages 100000] [--data bench-data] [--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.corpus import write_maildir
+
+__all__ = ["main"]
+
+TARGETS = {
+    "import_msgs_per_s": (">=", 3000.0),
+    "replay_events_per_s": (">=", 50000.0),
+    "find_p50_ms": ("<=", 2.0),
+    "walk_thread_p50_ms": ("<=", 10.0),
+    "raw_get_p50_ms": ("<=", 1.0),
+    "store_fraction_of_maildir": ("<=", 0.6),
+    "peak_rss_mib": ("<=", 1024.0),
+}
+
+
+def _corpus(data: Path, n: int, seed: int) -> Path:
+    root = data / f"maildir-{n}-{seed}"
+    marker = root / ".complete"
+    if not marker.exists():
+        shutil.rmtree(root, ignore_errors=True)
+        t0 = time.perf_counter()
+        size = write_maildir(root, n, seed=seed)
+        marker.write_text(json.dumps({"messages": n, "bytes": size}))
+        print(f"generated {n} messages ({size / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f}s")
+    return root
+
+
+def _files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")]
+
+
+def _du(path: Path) -> tuple[int, int]:
+    """(apparent bytes, allocated bytes) of every file below ``path``."""
+    apparent = allocated = 0
+    for p in path.rglob("*"):
+        if p.is_file():
+            st = p.stat()
+            apparent += st.st_size
+            allocated += st.st_blocks * 512
+    return apparent, allocated
+
+
+def _child(args: list[str]) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(args, capture_output=True, text=True, check=False)
+    took = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"bench: {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+    return took, proc.stdout
+
+
+def _percentiles(fn: Callable[[Any], object], inputs: list[Any]) -> tuple[float, float]:
+    times = []
+    for x in inputs:
+        t0 = time.perf_counter()
+        fn(x)
+        times.append((time.perf_counter() - t0) * 1000)
+    times.sort()
+    return statistics.median(times), times[int(len(times) * 0.99) - 1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--data", type=Path, default=Path("bench-data"))
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--samples", type=int, default=1000)
+    ns = ap.parse_args(argv)
+
+    ns.data.mkdir(parents=True, exist_ok=True)
+    maildir = _corpus(ns.data, ns.messages, ns.seed)
+    store = ns.data / "store"
+    shutil.rmtree(store, ignore_errors=True)
+    ml = [sys.executable, "-m", "pipeline", "--store", str(store)]
+    figures: dict[str, float] = {}
+
+    # baseline: read and hash every file (page cache warm, as for the import below)
+    files = _files(maildir)
+    t0 = time.perf_counter()
+    for p in files:
+        hashlib.sha256(p.read_bytes()).digest()
+    baseline_s = time.perf_counter() - t0
+    n = len(files)
+
+    took, out = _child([*ml, "import", "maildir", str(maildir), "--json"])
+    counts = json.loads(out)
+    figures["import_msgs_per_s"] = n / took
+    took_replay, out = _child([*ml, "replay", "--json"])
+    replay = json.loads(out)
+    figures["replay_events_per_s"] = replay["events"] / replay["seconds"]
+    peak_rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+
+    from pipeline.store import MessageStore
+
+    rng = random.Random(ns.seed)
+    with MessageStore.open(store, create=False) as s:
+        stats = s.stats()
+        rows = s.query(
+            "select message_id, subject, from_addr from messages using sample 5000 rows"
+        ).to_pylist()
+        rng.shuffle(rows)
+        sample = rows[: ns.samples]
+        s.get(sample[0]["message_id"])  # warm the connection
+        find_subject = _percentiles(lambda r: s.find("subject", r["subject"] or ""), sample)
+        find_from = _percentiles(lambda r: s.find("from", r["from_addr"] or ""), sample)
+        walk = _percentiles(lambda r: s.walk_thread(r["message_id"]), sample)
+        raw = _percentiles(lambda r: s.raw(r["message_id"]), sample)
+        ghosts = stats["ghosts"]
+    figures["find_p50_ms"] = max(find_subject[0], find_from[0])
+    figures["walk_thread_p50_ms"] = walk[0]
+    figures["raw_get_p50_ms"] = raw[0]
+    md_apparent, md_alloc = _du(maildir)
+    st_apparent, st_alloc = _du(store)
+    figures["store_fraction_of_maildir"] = st_apparent / md_apparent
+    figures["peak_rss_mib"] = peak_rss_kib / 1024
+
+    print()
+    print(f"corpus: {n} messages, {md_apparent / 1e6:.1f} MB apparent, "
+          f"{md_alloc / 1e6:.1f} MB on disk; store: {stats['messages']} messages, "
+          f"{stats['threads']} threads, {ghosts} ghosts, {stats['events']} events")  # fmt: skip
+    print(f"import: {took:.1f}s wall (counts balanced: {counts['balanced']}, "
+          f"malformed={counts['malformed']}); baseline read+sha256 of every file: "
+          f"{baseline_s:.2f}s = {n / baseline_s:,.0f} msg/s; import/baseline time ratio "
+          f"{took / baseline_s:.1f}x")  # fmt: skip
+    print(f"replay: {replay['events']} events in {replay['seconds']:.2f}s "
+          f"({took_replay:.2f}s with interpreter start)")  # fmt: skip
+    print(f"find subject p50/p99 {find_subject[0]:.2f}/{find_subject[1]:.2f} ms, "
+          f"find from p50/p99 {find_from[0]:.2f}/{find_from[1]:.2f} ms, "
+          f"walk_thread p50/p99 {walk[0]:.2f}/{walk[1]:.2f} ms, "
+          f"raw get p50/p99 {raw[0]:.3f}/{raw[1]:.3f} ms")  # fmt: skip
+    print(f"store: {st_apparent / 1e6:.1f} MB apparent ({st_alloc / 1e6:.1f} MB on disk) = "
+          f"{st_apparent / md_apparent:.2f}x of the Maildir apparent size, "
+          f"{st_alloc / md_alloc:.2f}x on disk; blobs {stats['blob_bytes'] / 1e6:.1f} MB, "
+          f"log {stats['log_bytes'] / 1e6:.1f} MB, projections "
+          f"{stats['projection_bytes'] / 1e6:.1f} MB")  # fmt: skip
+    print()
+    print(f"{'figure':28} {'measured':>12} {'target':>12}  ratio")
+    for key, (op, target) in TARGETS.items():
+        value = figures[key]
+        ok = value >= target if op == ">=" else value <= target
+        ratio = value / target
+        print(f"{key:28} {value:12.3f} {op + ' ' + str(target):>12}  {ratio:5.2f}x "
+              f"{'ok' if ok else 'MISSED'}")  # fmt: skip
+    print(json.dumps({"figures": figures}), file=sys.stderr if os.isatty(1) else sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
