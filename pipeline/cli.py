@@ -498,6 +498,30 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
 
     p = _sub(
         subs,
+        "sync",
+        cmd_sync,
+        "sync IMAP accounts (dry run unless --apply): only new UIDs, never a body twice",
+        "mailledger sync --apply --config ~/.config/mailledger/config.toml",
+    )
+    p.add_argument(
+        "--config", type=Path, help="TOML file (default $XDG_CONFIG_HOME/mailledger/config.toml)"
+    )
+    p.add_argument("--apply", action="store_true", help="write to the store (default: dry run)")
+    p.add_argument("--measure", action="store_true", help="STATUS per folder only; no store")
+    p.add_argument("--limit", type=int, help="at most N messages per folder per run")
+    p.add_argument(
+        "--reconcile",
+        action="store_true",
+        help="compare each folder in full: record vanished messages, fetch what is missing",
+    )
+    p.add_argument("--watch", action="store_true", help="repeat until SIGINT/SIGTERM")
+    p.add_argument("--interval", type=_interval, default=300.0, help="watch interval (5m)")
+    p.add_argument("--account", action="append", help="only this account (repeatable)")
+    p.add_argument("--metrics-file", type=Path, help="Prometheus textfile to write")
+    p.add_argument("--json", action="store_true", help="print the run report as JSON")
+
+    p = _sub(
+        subs,
         "cursor",
         cmd_cursor_log,
         "explain a folder's cursor, move by move",

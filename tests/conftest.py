@@ -43,3 +43,42 @@ def notmuch_corpus() -> Path:
     if not path.is_dir():
         pytest.skip(f"corpus folder absent: {path} (CI always has it)")
     return path
+
+
+# --- a real Dovecot on loopback (tests/dovecot.py) ----------------------------
+# Imports stay inside the fixtures: tests that do not use Dovecot never load it.
+
+
+@pytest.fixture(scope="session")
+def dovecot() -> Iterator[object]:
+    """One private Dovecot 2.3 for the whole session (a `dovecot.Dovecot`).
+
+    Skipped only where the `dovecot` binary is absent; CI installs it (.ci/run).
+    Users keep their mail between tests: use `imap_user` for a clean one.
+    """
+    from dovecot import Dovecot, find_dovecot
+
+    if find_dovecot() is None:
+        pytest.skip("dovecot not installed (apt-get install -y dovecot-imapd dovecot-pop3d "
+                    "openssl; .ci/run does this)")
+    server = Dovecot()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def imap_user(dovecot: object) -> object:
+    """A factory: `imap_user("gmail")` resets that user (no mail, new UIDVALIDITYs)
+    and returns a `dovecot.MailUser` bound to the session's server."""
+    from dovecot import Dovecot, MailUser
+
+    assert isinstance(dovecot, Dovecot)
+
+    def make(name: str = "gmail") -> MailUser:
+        dovecot.reset_user(name)
+        return dovecot.user(name)
+
+    return make

@@ -1,0 +1,277 @@
+"""IMAP transport: moves UIDs, envelopes and bodies; knows nothing of the store.
+
+Read-only always: folders are opened with EXAMINE and bodies fetched with
+``BODY.PEEK[]``, so a sync never sets ``\\Seen``. Every call that fails on the
+wire raises ``TransientSourceError`` (retry next run) or
+``TerminalSourceError`` (credentials, a folder that is gone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import imaplib
+import socket
+import ssl
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from imapclient import IMAPClient
+from imapclient.exceptions import IMAPClientError, LoginError
+
+from pipeline.config import Account
+from projections.normalize import normalize_msgid
+from stores.errors import SourceError, TerminalSourceError, TransientSourceError
+
+__all__ = [
+    "DEFAULT_EXCLUDED",
+    "Envelope",
+    "FolderInfo",
+    "FolderState",
+    "ImapSource",
+    "select_folders",
+]
+
+# SPECIAL-USE folders a sync leaves alone unless the config names them.
+DEFAULT_EXCLUDED = frozenset({"\\Junk", "\\Trash", "\\Drafts"})
+
+_MSGID_FIELD = b"BODY[HEADER.FIELDS (MESSAGE-ID)]"
+_NET_ERRORS = (OSError, socket.timeout, ssl.SSLError, imaplib.IMAP4.abort, EOFError)
+
+
+@dataclass(frozen=True)
+class FolderInfo:
+    """A folder as LIST shows it: its name (decoded) and attributes."""
+
+    name: str
+    attributes: frozenset[str]
+    delimiter: str | None
+
+    @property
+    def selectable(self) -> bool:
+        return not ({"\\Noselect", "\\NonExistent"} & self.attributes)
+
+
+@dataclass(frozen=True)
+class FolderState:
+    """What EXAMINE told us: UIDVALIDITY, UIDNEXT (None if the server did not say), EXISTS."""
+
+    uidvalidity: int
+    uidnext: int | None
+    exists: int
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """What a fetcher learns before deciding to download a body."""
+
+    uid: int
+    size: int
+    message_id: str | None
+    internal_date: datetime | None
+
+
+def select_folders(
+    folders: Sequence[FolderInfo], wanted: Sequence[str], exclude: Sequence[str] = ()
+) -> list[FolderInfo]:
+    """The folders an account's scope names, in server order, each once.
+
+    An entry with a leading backslash names a SPECIAL-USE attribute (``\\All``
+    finds Gmail's ``[Gmail]/Wszystkie`` whatever the UI language), any other
+    entry a folder name (``INBOX`` case-insensitively). Junk, Trash and Drafts
+    are left out unless an entry names them; ``exclude`` removes more.
+    """
+    wanted_attrs = {w.lower() for w in wanted if w.startswith("\\")}
+    wanted_names = {w for w in wanted if not w.startswith("\\")}
+    excl_attrs = {e.lower() for e in exclude if e.startswith("\\")}
+    excl_names = {e for e in exclude if not e.startswith("\\")}
+    out: list[FolderInfo] = []
+    for f in folders:
+        if not f.selectable:
+            continue
+        attrs = {a.lower() for a in f.attributes}
+        by_name = f.name in wanted_names or (
+            f.name.upper() == "INBOX" and any(n.upper() == "INBOX" for n in wanted_names)
+        )
+        by_attr = bool(attrs & wanted_attrs)
+        if not (by_name or by_attr):
+            continue
+        if f.name in excl_names or attrs & excl_attrs:
+            continue
+        default_excluded = {a.lower() for a in DEFAULT_EXCLUDED} & attrs
+        if default_excluded and not by_name and not (default_excluded & wanted_attrs):
+            continue
+        out.append(f)
+    return out
+
+
+def _str(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class ImapSource:
+    """One IMAP connection for one account."""
+
+    def __init__(self, account: Account, secret: str, *, timeout: float = 60.0) -> None:
+        self.account = account
+        self._secret = secret
+        self.timeout = timeout
+        self.client: IMAPClient | None = None
+
+    # -- connection -------------------------------------------------------------
+    def connect(self) -> None:
+        acct = self.account
+        ctx = ssl.create_default_context(cafile=acct.ca_file) if acct.tls != "none" else None
+        try:
+            client = IMAPClient(
+                acct.host,
+                port=acct.port,
+                ssl=acct.tls == "implicit",
+                ssl_context=ctx,
+                timeout=self.timeout,
+            )
+            if acct.tls == "starttls":
+                client.starttls(ctx)
+            if acct.auth == "xoauth2":
+                client.oauth2_login(acct.username, self._secret)
+            else:
+                client.login(acct.username, self._secret)
+        except LoginError as exc:
+            raise TerminalSourceError(f"{acct.name}: login refused for {acct.username}") from exc
+        except ssl.SSLCertVerificationError as exc:
+            raise TerminalSourceError(f"{acct.name}: TLS certificate rejected: {exc}") from exc
+        except (*_NET_ERRORS, IMAPClientError) as exc:
+            raise TransientSourceError(
+                f"{acct.name}: cannot connect to {acct.host}:{acct.port}: {exc}"
+            ) from exc
+        self.client = client
+
+    def close(self) -> None:
+        if self.client is not None:
+            with contextlib.suppress(Exception):  # the connection is going away anyway
+                self.client.logout()
+            self.client = None
+
+    def __enter__(self) -> ImapSource:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def _c(self) -> IMAPClient:
+        if self.client is None:
+            raise TransientSourceError(f"{self.account.name}: not connected")
+        return self.client
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (*_NET_ERRORS,) as exc:
+            raise TransientSourceError(f"{self.account.name}: {what}: {exc}") from exc
+        except IMAPClientError as exc:
+            raise SourceError(f"{self.account.name}: {what}: {exc}") from exc
+
+    # -- folders ----------------------------------------------------------------
+    def list_folders(self) -> list[FolderInfo]:
+        rows = self._call("LIST", self._c.list_folders)
+        return [
+            FolderInfo(
+                name=_str(name),
+                attributes=frozenset(_str(a) for a in flags),
+                delimiter=_str(delim) if delim else None,
+            )
+            for flags, delim, name in rows
+        ]
+
+    def examine(self, folder: str) -> FolderState:
+        """Open ``folder`` read-only (EXAMINE)."""
+        info = self._call(f"EXAMINE {folder}", self._c.select_folder, folder, readonly=True)
+        uidvalidity = info.get(b"UIDVALIDITY")
+        if uidvalidity is None:
+            raise SourceError(f"{self.account.name}: EXAMINE {folder}: no UIDVALIDITY")
+        uidnext = info.get(b"UIDNEXT")
+        return FolderState(
+            int(uidvalidity), int(uidnext) if uidnext else None, int(info.get(b"EXISTS", 0))
+        )
+
+    def status(self, folder: str) -> dict[str, int]:
+        """STATUS (MESSAGES UIDNEXT UIDVALIDITY) without opening the folder."""
+        what = ["MESSAGES", "UIDNEXT", "UIDVALIDITY"]
+        st = self._call(f"STATUS {folder}", self._c.folder_status, folder, what)
+        return {_str(k).lower(): int(v) for k, v in st.items()}
+
+    def highest_uid(self) -> int:
+        """The highest UID in the examined folder (0 when empty)."""
+        uids = self._call("UID SEARCH ALL", self._c.search, ["ALL"])
+        return max(uids) if uids else 0
+
+    # -- UIDs -------------------------------------------------------------------
+    def uids_above(self, last_uid: int) -> list[int]:
+        """UIDs strictly above ``last_uid``, ascending.
+
+        ``UID n:*`` returns the highest message when n is past the end, so the
+        answer is filtered here: an idle folder gives an empty list.
+        """
+        found = self._call(
+            f"UID SEARCH UID {last_uid + 1}:*", self._c.search, ["UID", f"{last_uid + 1}:*"]
+        )
+        return sorted(u for u in found if u > last_uid)
+
+    def uids_since(self, day: Any) -> list[int]:
+        """UIDs whose INTERNALDATE is on or after ``day`` (server side SINCE)."""
+        return sorted(self._call("UID SEARCH SINCE", self._c.search, ["SINCE", day]))
+
+    def all_uids(self) -> list[int]:
+        return sorted(self._call("UID SEARCH ALL", self._c.search, ["ALL"]))
+
+    # -- envelopes and bodies ----------------------------------------------------
+    def envelopes(self, uids: Sequence[int], chunk: int = 500) -> Iterator[Envelope]:
+        """Message-ID, size and INTERNALDATE of each UID still present (no body)."""
+        for i in range(0, len(uids), chunk):
+            part = list(uids[i : i + chunk])
+            resp = self._call(
+                "UID FETCH envelopes",
+                self._c.fetch,
+                part,
+                ["UID", "RFC822.SIZE", "INTERNALDATE", "BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)]"],
+            )
+            for uid in part:
+                data = resp.get(uid)
+                if data is None:
+                    continue  # expunged meanwhile: the caller counts it as vanished
+                header = data.get(_MSGID_FIELD) or b""
+                mid = None
+                if header:
+                    value = header.decode("latin-1").partition(":")[2]
+                    mid = normalize_msgid(value)
+                idate = data.get(b"INTERNALDATE")
+                if isinstance(idate, datetime):
+                    idate = idate.astimezone(UTC) if idate.tzinfo else idate.replace(tzinfo=UTC)
+                yield Envelope(uid, int(data.get(b"RFC822.SIZE", 0)), mid, idate)
+
+    def bodies(self, uids: Sequence[int]) -> dict[int, bytes]:
+        """Raw bytes of each UID still present, by ``BODY.PEEK[]`` (never sets \\Seen)."""
+        resp = self._call("UID FETCH BODY.PEEK[]", self._c.fetch, list(uids), ["BODY.PEEK[]"])
+        out = {}
+        for uid in uids:
+            data = resp.get(uid)
+            if data is not None and b"BODY[]" in data:
+                out[uid] = bytes(data[b"BODY[]"])
+        return out
+
+    # -- watching ---------------------------------------------------------------
+    def can_idle(self) -> bool:
+        return bool(self._call("CAPABILITY", self._c.has_capability, "IDLE"))
+
+    def idle_wait(self, folder: str, seconds: float) -> bool:
+        """IDLE on ``folder`` until something changes or ``seconds`` pass; True on change."""
+        self.examine(folder)
+        self._call("IDLE", self._c.idle)
+        try:
+            responses = self._call("IDLE", self._c.idle_check, timeout=seconds)
+        finally:
+            self._call("DONE", self._c.idle_done)
+        return bool(responses)

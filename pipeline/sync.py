@@ -1,0 +1,532 @@
+"""The sync run: plan each folder from its cursor, take what is new, account for it.
+
+Rules (SPEC §5–6), each enforced here:
+- identity is the Message-ID; a body the store already holds (same id and
+  size) costs an envelope and a location event, never a second download;
+- the log is written before any cursor moves, and a cursor moves only across
+  the contiguous prefix of UIDs that are durable: a failing message stalls
+  its folder visibly, later messages are still stored;
+- a changed UIDVALIDITY is recorded, raises an ALARM and rescans the folder;
+  a UIDNEXT at or below the cursor is a broken server: ALARM, folder error,
+  cursor untouched;
+- every account, folder and message is accounted for, and a run whose sums
+  do not balance has failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.config import Account, Config, InitialMode, resolve_secret
+from pipeline.imap import Envelope, FolderState, ImapSource, select_folders
+from pipeline.ingest import Incoming, Ingest, RunCounts
+from pipeline.store import MessageStore
+from stores.errors import MailledgerError, SourceError
+from stores.events import CursorMoved, UidvalidityChanged
+
+__all__ = [
+    "FolderReport",
+    "Plan",
+    "RunReport",
+    "SyncOptions",
+    "plan_folder",
+    "sync_accounts",
+]
+
+log = logging.getLogger("mailledger.sync")
+
+_BODY_CHUNK = 100
+_BODY_CHUNK_BYTES = 8 << 20
+
+
+@dataclass(frozen=True)
+class SyncOptions:
+    apply: bool = False
+    limit: int | None = None
+    reconcile: bool = False
+    measure: bool = False
+    mode_label: str | None = None  # "watch" when run by --watch
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to do with one folder, decided from its cursor and the server's state."""
+
+    mode: str  # full | since | new-only | delta | reconcile
+    after_uid: int  # take UIDs above this (0: all)
+    cursor_from: int | None
+    uidvalidity_changed: bool = False
+    old_uidvalidity: int | None = None
+    alarm: str | None = None
+    error: str | None = None
+    nothing_new: bool = False
+
+
+def plan_folder(
+    cursor: Mapping[str, Any] | None,
+    state: FolderState,
+    initial: InitialMode,
+    *,
+    reconcile: bool = False,
+) -> Plan:
+    """Decide a folder's mode. Pure: the same inputs always give the same plan."""
+    if cursor is None:
+        return Plan(mode=initial.kind, after_uid=0, cursor_from=None)
+    last = cursor.get("last_uid")
+    if cursor.get("uidvalidity") != state.uidvalidity:
+        return Plan(
+            mode="full",
+            after_uid=0,
+            cursor_from=last,
+            uidvalidity_changed=True,
+            old_uidvalidity=cursor.get("uidvalidity"),
+            alarm=(
+                f"UIDVALIDITY changed {cursor.get('uidvalidity')} -> {state.uidvalidity}:"
+                " rescanning the folder in full"
+            ),
+        )
+    if last is None:  # a UIDVALIDITY change was recorded; its rescan never completed
+        return Plan(mode="full", after_uid=0, cursor_from=None)
+    if state.uidnext is not None and state.uidnext <= last:
+        msg = (
+            f"UIDNEXT {state.uidnext} is at or below the cursor {last} with the same"
+            f" UIDVALIDITY {state.uidvalidity}: the server is broken; cursor left alone"
+        )
+        return Plan(mode="delta", after_uid=last, cursor_from=last, alarm=msg, error=msg)
+    if reconcile:
+        return Plan(mode="reconcile", after_uid=0, cursor_from=last)
+    nothing = state.uidnext is not None and state.uidnext - 1 <= last
+    return Plan(mode="delta", after_uid=last, cursor_from=last, nothing_new=nothing)
+
+
+@dataclass
+class FolderReport:
+    folder: str
+    mode: str = "delta"
+    uidvalidity: int | None = None
+    cursor_from: int | None = None
+    cursor_to: int | None = None
+    new: int = 0
+    bodies: int = 0
+    known: int = 0
+    vanished: int = 0
+    errors: int = 0
+    bytes_fetched: int = 0
+    failed_uids: list[int] = field(default_factory=list)
+    error: str | None = None
+    alarm: str | None = None
+    would_fetch: int | None = None  # dry run: UIDs a real run would take
+
+    def line(self, account: str) -> str:
+        cursor = f"{self.cursor_from if self.cursor_from is not None else '-'}->" + (
+            f"{self.cursor_to if self.cursor_to is not None else '-'}"
+        )
+        text = (
+            f"{self.mode} {account} {self.folder}: uidvalidity={self.uidvalidity}"
+            f" cursor={cursor} new={self.new} bodies={self.bodies} known={self.known}"
+            f" errors={self.errors}"
+        )
+        if self.vanished:
+            text += f" vanished={self.vanished}"
+        if self.failed_uids:
+            text += " failed_uids=" + ",".join(map(str, self.failed_uids[:20]))
+        if self.would_fetch is not None:
+            text += f" dry-run would_fetch={self.would_fetch}"
+        if self.error:
+            text += f" ERROR: {self.error}"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class AccountReport:
+    name: str
+    folders: dict[str, FolderReport] = field(default_factory=dict)
+    counts: RunCounts = field(default_factory=RunCounts)
+    error: str | None = None
+    folder_errors: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "error": self.error,
+            "folder_errors": self.folder_errors,
+            "counts": self.counts.as_dict(),
+            "folders": {k: v.as_dict() for k, v in self.folders.items()},
+        }
+
+
+@dataclass
+class RunReport:
+    run_id: str
+    applied: bool
+    accounts: dict[str, AccountReport] = field(default_factory=dict)
+    alarms: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> int:
+        return sum(
+            a.counts.errors + a.folder_errors + (1 if a.error else 0)
+            for a in self.accounts.values()
+        )
+
+    @property
+    def balanced(self) -> bool:
+        return all(a.counts.balanced for a in self.accounts.values())
+
+    @property
+    def exit_code(self) -> int:
+        if self.errors or not self.balanced:
+            return 1
+        return 3 if self.alarms else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "applied": self.applied,
+            "exit_code": self.exit_code,
+            "balanced": self.balanced,
+            "alarms": list(self.alarms),
+            "accounts": {k: v.as_dict() for k, v in self.accounts.items()},
+        }
+
+
+# -- one folder -----------------------------------------------------------------
+
+
+class _FolderSync:
+    """Takes one folder of one account through its plan."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        src: ImapSource,
+        account: Account,
+        opts: SyncOptions,
+        report: AccountReport,
+    ) -> None:
+        self.store = store
+        self.src = src
+        self.account = account
+        self.opts = opts
+        self.report = report
+
+    def run(self, folder: str, emit: Callable[[str], None], alarms: list[str]) -> FolderReport:
+        fr = FolderReport(folder=folder)
+        self.report.folders[folder] = fr
+        try:
+            state = self.src.examine(folder)
+            if state.uidnext is None:
+                with contextlib.suppress(SourceError):  # no UIDNEXT at all: plan without it
+                    uidnext = self.src.status(folder).get("uidnext")
+                    state = FolderState(state.uidvalidity, uidnext, state.exists)
+            fr.uidvalidity = state.uidvalidity
+            cursor = self.store.cursor(self.account.name, folder)
+            plan = plan_folder(cursor, state, self.account.initial, reconcile=self.opts.reconcile)
+            fr.mode = plan.mode if not self.opts.mode_label or plan.mode != "delta" else "watch"
+            fr.cursor_from = plan.cursor_from
+            fr.cursor_to = plan.cursor_from
+            if plan.alarm:
+                alarms.append(f"{self.account.name} {folder}: {plan.alarm}")
+                fr.alarm = plan.alarm
+                log.warning("ALARM %s %s: %s", self.account.name, folder, plan.alarm)
+                emit(f"ALARM {self.account.name} {folder}: {plan.alarm}")
+            if plan.error:
+                fr.error = plan.error
+                self.report.folder_errors += 1
+                return fr
+            self._take(folder, state, plan, fr)
+        except SourceError as exc:
+            fr.error = str(exc)
+            self.report.folder_errors += 1
+        return fr
+
+    def _uids(self, state: FolderState, plan: Plan) -> list[int]:
+        if plan.nothing_new:
+            return []
+        if plan.mode == "delta":
+            return self.src.uids_above(plan.after_uid)
+        if plan.mode == "since":
+            return self.src.uids_since(self.account.initial.since)
+        if plan.mode == "new-only":
+            return []
+        return self.src.all_uids()  # full, reconcile
+
+    def _take(self, folder: str, state: FolderState, plan: Plan, fr: FolderReport) -> None:
+        uids = self._uids(state, plan)
+        known_here: set[int] = set()
+        if plan.mode == "reconcile":
+            known_here = self._reconcile_vanished(folder, state, uids, fr)
+            uids = [u for u in uids if u not in known_here]
+        if self.opts.limit is not None:
+            uids = uids[: self.opts.limit]
+        fr.new = len(uids)
+        if not self.opts.apply:
+            fr.would_fetch = len(uids)
+            return
+        if plan.uidvalidity_changed:
+            self.store.commit(
+                [
+                    UidvalidityChanged(
+                        run_id=self.store.run_id,
+                        recorded_at=self.store.clock.now(),
+                        source=self.account.name,
+                        folder=folder,
+                        old_uidvalidity=plan.old_uidvalidity,
+                        new_uidvalidity=state.uidvalidity,
+                        action="alarm; full rescan",
+                        mode="full",
+                    )
+                ]
+            )
+        ingest = Ingest(self.store, self.account.name, batch_size=500, network=True)
+        failed: list[int] = []
+        present: set[int] = set()
+        envelopes = list(self.src.envelopes(uids))
+        by_uid = {e.uid: e for e in envelopes}
+        gone_before_fetch = len([u for u in uids if u not in by_uid])
+        fr.vanished += gone_before_fetch
+        ingest.counts.uids_seen += gone_before_fetch
+        ingest.counts.vanished += gone_before_fetch
+        known = self.store.known_records(
+            [(e.message_id, e.size) for e in envelopes if e.message_id is not None]
+        )
+        to_fetch: list[Envelope] = []
+        for env in envelopes:
+            rec = known.get((env.message_id, env.size)) if env.message_id else None
+            if rec is not None:
+                ingest.offer_known(rec, self._where(folder, state, env))
+                present.add(env.uid)
+            else:
+                to_fetch.append(env)
+        try:
+            for chunk in _chunks(to_fetch):
+                got = self._bodies(folder, state, chunk, failed)
+                for env in chunk:
+                    raw = got.get(env.uid)
+                    if raw is None:
+                        if env.uid not in failed:  # gone between envelope and body
+                            ingest.counts.uids_seen += 1
+                            ingest.counts.vanished += 1
+                            fr.vanished += 1
+                        continue
+                    fr.bytes_fetched += len(raw)
+                    ingest.offer(
+                        Incoming(
+                            raw=raw,
+                            folder=folder,
+                            uidvalidity=state.uidvalidity,
+                            uid=env.uid,
+                            internal_date=env.internal_date,
+                        )
+                    )
+                    present.add(env.uid)
+        except BaseException:
+            ingest.flush()  # keep what was fetched; the cursor stays where it was
+            self.report.counts.add(ingest.counts)
+            raise
+        for uid in failed:
+            ingest.error(f"{self.account.name} {folder} uid={uid}", "FETCH failed")
+        fr.failed_uids = sorted(failed)
+        cursor_to = self._cursor_to(plan, state, uids, failed)
+        extra = []
+        if plan.cursor_from is None or plan.uidvalidity_changed or cursor_to != plan.cursor_from:
+            extra.append(
+                CursorMoved(
+                    run_id=self.store.run_id,
+                    recorded_at=self.store.clock.now(),
+                    source=self.account.name,
+                    folder=folder,
+                    uidvalidity=state.uidvalidity,
+                    cursor_from=plan.cursor_from,
+                    cursor_to=cursor_to,
+                    uidnext=state.uidnext,
+                    mode=fr.mode,
+                    reason=self._reason(plan, uids, failed),
+                )
+            )
+            fr.cursor_to = cursor_to
+        ingest.flush(extra)
+        c = ingest.counts
+        fr.bodies, fr.known, fr.errors = c.bodies_fetched, c.known_skipped, c.errors
+        self.report.counts.add(c)
+
+    def _where(self, folder: str, state: FolderState, env: Envelope) -> Incoming:
+        return Incoming(
+            raw=b"",
+            folder=folder,
+            uidvalidity=state.uidvalidity,
+            uid=env.uid,
+            internal_date=env.internal_date,
+        )
+
+    def _bodies(
+        self, folder: str, state: FolderState, chunk: list[Envelope], failed: list[int]
+    ) -> dict[int, bytes]:
+        """Bodies of a chunk; a failure is isolated to its UID, the rest still come.
+
+        A server may drop the connection after a failed FETCH (Dovecot does), so
+        every failure is followed by a fresh connection and EXAMINE; a changed
+        UIDVALIDITY on the way ends the folder (the next run rescans it).
+        """
+        uids = [e.uid for e in chunk]
+        try:
+            return self.src.bodies(uids)
+        except SourceError as exc:
+            log.warning(
+                "%s %s: FETCH of %d bodies failed (%s); one at a time",
+                self.account.name,
+                folder,
+                len(uids),
+                exc,
+            )
+            self._reopen(folder, state)
+        out: dict[int, bytes] = {}
+        for uid in uids:
+            try:
+                out.update(self.src.bodies([uid]))
+            except SourceError as exc:
+                log.warning("%s %s: FETCH uid=%d failed: %s", self.account.name, folder, uid, exc)
+                failed.append(uid)
+                self._reopen(folder, state)
+        return out
+
+    def _reopen(self, folder: str, state: FolderState) -> None:
+        self.src.close()
+        self.src.connect()
+        again = self.src.examine(folder)
+        if again.uidvalidity != state.uidvalidity:
+            raise SourceError(
+                f"{self.account.name} {folder}: UIDVALIDITY changed during the run"
+                f" ({state.uidvalidity} -> {again.uidvalidity}); the next run rescans"
+            )
+
+    def _cursor_to(self, plan: Plan, state: FolderState, uids: list[int], failed: list[int]) -> int:
+        """Where the cursor may go: across the contiguous prefix of durable UIDs only."""
+        if plan.mode == "new-only":
+            return (state.uidnext - 1) if state.uidnext else self.src.highest_uid()
+        # After a UIDVALIDITY change the old cursor's number means nothing.
+        base = (plan.cursor_from or 0) if plan.mode in ("delta", "reconcile") else 0
+        if failed:
+            first_bad = min(failed)
+            return max([base, *(u for u in uids if u < first_bad)])
+        return max([base, *uids])
+
+    def _reason(self, plan: Plan, uids: list[int], failed: list[int]) -> str:
+        if failed:
+            return f"stalled before failing uid {min(failed)} ({len(failed)} failed)"
+        if plan.uidvalidity_changed:
+            return "full rescan after UIDVALIDITY change"
+        if plan.mode == "new-only":
+            return "first contact, new-only: start at UIDNEXT-1"
+        if plan.cursor_from is None:
+            return f"first contact, {plan.mode}: {len(uids)} messages"
+        if self.opts.limit is not None and len(uids) >= self.opts.limit:
+            return f"{len(uids)} messages durable (limit {self.opts.limit})"
+        return f"{len(uids)} new messages durable"
+
+    def _reconcile_vanished(
+        self, folder: str, state: FolderState, server_uids: list[int], fr: FolderReport
+    ) -> set[int]:
+        """Record locations gone from the server; return the UIDs already on record."""
+        from stores.events import LocationVanished
+
+        rows = self.store.query(
+            "SELECT DISTINCT uid, message_id FROM locations WHERE source = ? AND folder = ?"
+            " AND uidvalidity = ? AND NOT vanished AND uid IS NOT NULL",
+            [self.account.name, folder, state.uidvalidity],
+        ).to_pylist()
+        on_server = set(server_uids)
+        recorded = {r["uid"] for r in rows}
+        gone = [r for r in rows if r["uid"] not in on_server]
+        if gone and self.opts.apply:
+            self.store.commit(
+                [
+                    LocationVanished(
+                        run_id=self.store.run_id,
+                        recorded_at=self.store.clock.now(),
+                        source=self.account.name,
+                        folder=folder,
+                        uidvalidity=state.uidvalidity,
+                        uid=r["uid"],
+                        message_id=r["message_id"],
+                        reason="reconcile: not on the server",
+                    )
+                    for r in gone
+                ]
+            )
+        fr.vanished += len(gone)
+        return recorded & on_server
+
+
+def _chunks(envs: list[Envelope]) -> list[list[Envelope]]:
+    out: list[list[Envelope]] = []
+    cur: list[Envelope] = []
+    size = 0
+    for e in envs:
+        if cur and (len(cur) >= _BODY_CHUNK or size + e.size > _BODY_CHUNK_BYTES):
+            out.append(cur)
+            cur, size = [], 0
+        cur.append(e)
+        size += e.size
+    if cur:
+        out.append(cur)
+    return out
+
+
+# -- accounts -------------------------------------------------------------------
+
+
+def sync_accounts(
+    store: MessageStore | None,
+    config: Config,
+    env: Mapping[str, str],
+    opts: SyncOptions,
+    *,
+    emit: Callable[[str], None],
+    only: set[str] | None = None,
+    source_factory: Callable[[Account, str], ImapSource] = ImapSource,
+) -> RunReport:
+    """Sync every configured IMAP account (failures isolated per account)."""
+    report = RunReport(run_id=store.run_id if store else "measure", applied=opts.apply)
+    for name, account in config.accounts.items():
+        if only and name not in only:
+            continue
+        if account.type != "imap":
+            continue
+        ar = AccountReport(name=name)
+        report.accounts[name] = ar
+        try:
+            secret = resolve_secret(account, env)
+            with source_factory(account, secret) as src:
+                folders = select_folders(src.list_folders(), account.folders, account.exclude)
+                if not folders:
+                    raise SourceError(f"{name}: no folder on the server matches {account.folders}")
+                for info in folders:
+                    if opts.measure:
+                        st = src.status(info.name)
+                        emit(
+                            f"measure {name} {info.name}: messages={st.get('messages')}"
+                            f" uidnext={st.get('uidnext')} uidvalidity={st.get('uidvalidity')}"
+                        )
+                        ar.folders[info.name] = FolderReport(
+                            folder=info.name,
+                            mode="measure",
+                            uidvalidity=st.get("uidvalidity"),
+                            would_fetch=st.get("messages"),
+                        )
+                        continue
+                    assert store is not None
+                    fr = _FolderSync(store, src, account, opts, ar).run(
+                        info.name, emit, report.alarms
+                    )
+                    emit(fr.line(name))
+        except MailledgerError as exc:
+            ar.error = str(exc)
+            emit(f"error {name}: {exc}")
+    return report

@@ -1,0 +1,474 @@
+"""`mailledger sync` against a real Dovecot on loopback (IMAP issue, behaviours 1-12).
+
+What crossed the wire is read from Dovecot's own per-session logout lines
+(`body_count`, `body_bytes`) and its mail_log events, never from mailledger's
+counters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.cli import main
+from pipeline.store import MessageStore
+
+pytestmark = pytest.mark.usefixtures("dovecot")
+
+
+def _msg(i: int, *, domain: str = "sync.example", body: str = "", subject: str = "") -> bytes:
+    return (
+        f"From: sender{i % 5}@{domain}\r\nTo: me@{domain}\r\n"
+        f"Subject: {subject or f'message {i}'}\r\n"
+        f"Date: Mon, 0{1 + i % 9} Jun 2026 10:00:00 +0200\r\n"
+        f"Message-ID: <m{i}@{domain}>\r\n\r\n{body or f'body of message {i}'}\r\n"
+    ).encode()
+
+
+class Env:
+    """A config file for some Dovecot users, a store, and a way to run the CLI."""
+
+    def __init__(self, tmp: Path, dovecot: Any, users: dict[str, dict[str, object]]) -> None:
+        self.dv = dovecot
+        self.store = tmp / "store"
+        self.config = tmp / "config.toml"
+        self.metrics = tmp / "metrics.prom"
+        self.config.write_text("\n".join(dovecot.account_toml(u, **kw) for u, kw in users.items()))
+        self.env = {**dovecot.password_env(), "HOME": str(tmp)}
+
+    def sync(self, *args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+        code = main(
+            [
+                "--store",
+                str(self.store),
+                "sync",
+                "--config",
+                str(self.config),
+                "--json",
+                "--metrics-file",
+                str(self.metrics),
+                *args,
+            ],
+            env=self.env,
+        )
+        out, err = capsys.readouterr()
+        assert out.strip(), f"exit {code}, no JSON report; stderr:\n{err}"
+        return code, json.loads(out)
+
+    def open(self) -> MessageStore:
+        return MessageStore.open(self.store, create=False)
+
+
+@pytest.fixture
+def fastmail(imap_user: Callable[[str], Any], dovecot: Any, tmp_path: Path) -> tuple[Any, Env]:
+    user = imap_user("fastmail")
+    return user, Env(tmp_path, dovecot, {"fastmail": {"folders": ["INBOX", "\\Archive", "\\Sent"]}})
+
+
+def _folder(report: dict[str, Any], account: str, folder: str) -> dict[str, Any]:
+    return report["accounts"][account]["folders"][folder]
+
+
+def test_dry_run_is_the_default_and_writes_nothing(
+    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+) -> None:
+    user, env = fastmail
+    for i in range(3):
+        user.save("INBOX", _msg(i))
+    mark = env.dv.log_mark()
+    code, report = env.sync(capsys=capsys)
+    assert code == 0 and report["applied"] is False
+    assert _folder(report, "fastmail", "INBOX")["would_fetch"] == 3
+    assert not env.store.exists()
+    [session] = user.sessions_since(mark)
+    assert session.body_count == 0
+
+
+def test_measure_prints_status_and_touches_no_store(
+    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+) -> None:
+    user, env = fastmail
+    user.save("INBOX", _msg(1))
+    code, report = env.sync("--measure", capsys=capsys)
+    assert code == 0
+    assert _folder(report, "fastmail", "INBOX")["would_fetch"] == 1
+    assert not env.store.exists()
+
+
+def test_full_then_idle_second_run_fetches_no_body_on_the_wire(
+    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+) -> None:
+    user, env = fastmail
+    for i in range(5):
+        user.save("INBOX", _msg(i))
+    user.save("Archive", _msg(10))
+    code, report = env.sync("--apply", capsys=capsys)
+    inbox = _folder(report, "fastmail", "INBOX")
+    assert code == 0, report
+    assert (inbox["mode"], inbox["new"], inbox["bodies"], inbox["cursor_to"]) == ("full", 5, 5, 5)
+    with env.open() as s:
+        assert len(s.message_ids()) == 6
+
+    mark = env.dv.log_mark()
+    code, report = env.sync("--apply", capsys=capsys)
+    inbox = _folder(report, "fastmail", "INBOX")
+    assert code == 0
+    assert (inbox["mode"], inbox["new"], inbox["bodies"]) == ("delta", 0, 0)
+    assert (inbox["cursor_from"], inbox["cursor_to"]) == (5, 5)
+    [session] = user.sessions_since(mark)
+    assert session.body_count == 0 and session.body_bytes == 0
+
+
+def test_uid_star_trap_cursor_at_highest_uid_reports_zero_new(
+    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+) -> None:
+    user, env = fastmail
+    for i in range(3):
+        user.save("INBOX", _msg(i))
+    env.sync("--apply", capsys=capsys)
+    # Dovecot answers `UID SEARCH UID 4:*` with UID 3: the client must filter it out.
+    with env.dv.imap("fastmail") as c:
+        c.select_folder("INBOX", readonly=True)
+        assert c.search(["UID", "4:*"]) == [3]
+    mark = env.dv.log_mark()
+    code, report = env.sync("--apply", "--reconcile", capsys=capsys)
+    assert code == 0 and _folder(report, "fastmail", "INBOX")["new"] == 0
+    code, report = env.sync("--apply", capsys=capsys)
+    assert _folder(report, "fastmail", "INBOX")["new"] == 0
+    assert all(s.body_count == 0 for s in user.sessions_since(mark, 2))
+
+
+def test_one_delivered_message_costs_exactly_one_body(
+    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+) -> None:
+    user, env = fastmail
+    for i in range(4):
+        user.save("INBOX", _msg(i))
+    env.sync("--apply", capsys=capsys)
+    raw = _msg(99)
+    user.save("INBOX", raw)
+    mark = env.dv.log_mark()
+    code, report = env.sync("--apply", capsys=capsys)
+    inbox = _folder(report, "fastmail", "INBOX")
+    assert code == 0 and (inbox["new"], inbox["bodies"], inbox["cursor_to"]) == (1, 1, 5)
+    [session] = user.sessions_since(mark)
+    assert session.body_count == 1
+    assert session.body_bytes == len(raw)
+
+
+def test_initial_new_only_records_uidnext_and_fetches_nothing(
+    imap_user: Callable[[str], Any],
+    dovecot: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    user = imap_user("fastmail")
+    env = Env(tmp_path, dovecot, {"fastmail": {"folders": ["INBOX"], "initial": "new-only"}})
+    for i in range(3):
+        user.save("INBOX", _msg(i))
+    mark = dovecot.log_mark()
+    code, report = env.sync("--apply", capsys=capsys)
+    inbox = _folder(report, "fastmail", "INBOX")
+    assert code == 0 and (inbox["mode"], inbox["new"], inbox["cursor_to"]) == ("new-only", 0, 3)
+    assert user.sessions_since(mark)[0].body_count == 0
+    user.save("INBOX", _msg(7))
+    code, report = env.sync("--apply", capsys=capsys)
+    assert _folder(report, "fastmail", "INBOX")["bodies"] == 1
+    with env.open() as s:
+        assert s.message_ids() == ["m7@sync.example"]
+
+
+def test_initial_since_uses_server_internaldate(
+    imap_user: Callable[[str], Any],
+    dovecot: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    user = imap_user("fastmail")
+    env = Env(
+        tmp_path, dovecot, {"fastmail": {"folders": ["INBOX"], "initial": "since:2026-06-01"}}
+    )
+    user.save("INBOX", _msg(1), when=datetime(2026, 5, 1, tzinfo=UTC))
+    user.save("INBOX", _msg(2), when=datetime(2026, 6, 2, tzinfo=UTC))
+    user.save("INBOX", _msg(3), when=datetime(2026, 7, 1, tzinfo=UTC))
+    code, report = env.sync("--apply", capsys=capsys)
+    inbox = _folder(report, "fastmail", "INBOX")
+    assert code == 0 and (inbox["mode"], inbox["new"], inbox["cursor_to"]) == ("since", 2, 3)
+    with env.open() as s:
+        assert s.message_ids() == ["m2@sync.example", "m3@sync.example"]
+
+
+def test_uidvalidity_change_alarms_rescans_and_downloads_no_known_body(
+    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+) -> None:
+    user, env = fastmail
+    for i in range(4):
+        user.save("INBOX", _msg(i))
+    env.sync("--apply", capsys=capsys)
+    old = user.status("INBOX")["uidvalidity"]
+    new = env.dv.lose_state("fastmail", "INBOX")
+    assert new != old
+    mark = env.dv.log_mark()
+    code, report = env.sync("--apply", capsys=capsys)
+    inbox = _folder(report, "fastmail", "INBOX")
+    assert code == 3
+    assert any("UIDVALIDITY" in a for a in report["alarms"])
+    assert (inbox["mode"], inbox["bodies"], inbox["known"]) == ("full", 0, 4)
+    assert user.sessions_since(mark)[0].body_count == 0
+    with env.open() as s:
+        moves = s.cursor_log("fastmail", "INBOX")
+        assert [m["type"] for m in moves] == ["cursor-moved", "uidvalidity-changed", "cursor-moved"]
+        assert (moves[1]["old_uidvalidity"], moves[1]["new_uidvalidity"]) == (old, new)
+        assert s.cursor("fastmail", "INBOX")["uidvalidity"] == new
+        assert len(s.message_ids()) == 4
+    code, _ = env.sync("--apply", capsys=capsys)
+    assert code == 0  # the alarm was for that run; the next one is quiet
+
+
+def test_uidnext_below_cursor_is_a_folder_error_and_the_cursor_stays(
+    imap_user: Callable[[str], Any],
+    dovecot: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    user = imap_user("fastmail")
+    env = Env(tmp_path, dovecot, {"fastmail": {"folders": ["INBOX", "\\Archive"]}})
+    for i in range(3):
+        user.save("INBOX", _msg(i))
+    env.sync("--apply", capsys=capsys)
+    # A broken server: same UIDVALIDITY, but UIDNEXT went backwards (state lost, old number
+    # forced back). The cursor says 3; the server now says UIDNEXT 2.
+    uv = user.status("INBOX")["uidvalidity"]
+    md = env.dv.maildir("fastmail", "INBOX")
+    for p in [*(md / "cur").iterdir(), *(md / "new").iterdir()]:
+        if b"<m0@sync.example>" not in p.read_bytes():
+            p.unlink()
+    env.dv.lose_state("fastmail", "INBOX")  # renumbered: one message, UIDNEXT 2
+    env.dv.set_uidvalidity("fastmail", "INBOX", uv)
+    assert user.status("INBOX")["uidnext"] == 2
+    user.save("Archive", _msg(50))
+    code, report = env.sync("--apply", capsys=capsys)
+    inbox = _folder(report, "fastmail", "INBOX")
+    assert code == 1
+    assert inbox["error"] and "UIDNEXT" in inbox["error"]
+    assert any("UIDNEXT" in a for a in report["alarms"])
+    assert _folder(report, "fastmail", "Archive")["bodies"] == 1
+    with env.open() as s:
+        assert s.cursor("fastmail", "INBOX")["last_uid"] == 3
+
+
+def test_moved_message_and_same_message_in_two_accounts_cost_an_envelope(
+    imap_user: Callable[[str], Any],
+    dovecot: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fm = imap_user("fastmail")
+    gm = imap_user("gmail")
+    env = Env(
+        tmp_path,
+        dovecot,
+        {
+            "fastmail": {"folders": ["INBOX", "\\Archive"]},
+            "gmail": {"folders": ["\\All"]},
+        },
+    )
+    raw = _msg(1, body="x" * 3000)
+    fm.save("INBOX", raw)
+    env.sync("--apply", "--account", "fastmail", capsys=capsys)
+    with fm.imap() as c:
+        c.select_folder("INBOX")
+        c.move([1], "Archive")
+    gm.save("[Gmail]/Wszystkie", raw)
+    mark = env.dv.log_mark()
+    code, report = env.sync("--apply", capsys=capsys)
+    assert code == 0, report
+    assert _folder(report, "fastmail", "Archive")["known"] == 1
+    assert _folder(report, "gmail", "[Gmail]/Wszystkie")["known"] == 1
+    sessions = env.dv.sessions_since(mark, 2)
+    assert sum(s.body_count for s in sessions) == 0
+    counts = report["accounts"]["gmail"]["counts"]
+    assert counts["conflicts_other_source"] == 1 and counts["bodies_fetched"] == 0
+    with env.open() as s:
+        assert s.message_ids() == ["m1@sync.example"]
+        locs = s.query("select source, folder from locations order by all").to_pylist()
+        assert [(r["source"], r["folder"]) for r in locs] == [
+            ("fastmail", "Archive"),
+            ("fastmail", "INBOX"),
+            ("gmail", "[Gmail]/Wszystkie"),
+        ]
+
+
+def test_failing_message_stalls_the_cursor_but_later_ones_are_stored(
+    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+) -> None:
+    user, env = fastmail
+    for i in range(5):
+        user.save("INBOX", _msg(i))
+    # Make message UID 3 unreadable to Dovecot: its FETCH fails on the server.
+    md = env.dv.maildir("fastmail", "INBOX")
+    files = sorted(p for p in (md / "cur").iterdir()) + sorted((md / "new").iterdir())
+    victim = next(p for p in files if b"<m2@sync.example>" in p.read_bytes())
+    victim.chmod(0)
+    try:
+        code, report = env.sync("--apply", capsys=capsys)
+    finally:
+        victim.chmod(0o600)
+    inbox = _folder(report, "fastmail", "INBOX")
+    assert code == 1
+    assert inbox["failed_uids"] == [3] and inbox["errors"] == 1
+    assert inbox["cursor_to"] == 2
+    with env.open() as s:
+        assert "m4@sync.example" in s.message_ids() and "m2@sync.example" not in s.message_ids()
+    code, report = env.sync("--apply", capsys=capsys)
+    inbox = _folder(report, "fastmail", "INBOX")
+    assert code == 0 and inbox["cursor_to"] == 5 and inbox["bodies"] == 1
+
+
+def test_wrong_password_fails_that_account_only(
+    imap_user: Callable[[str], Any],
+    dovecot: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fm = imap_user("fastmail")
+    imap_user("gmail")
+    env = Env(
+        tmp_path, dovecot, {"fastmail": {"folders": ["INBOX"]}, "gmail": {"folders": ["\\All"]}}
+    )
+    env.env["MAILLEDGER_TEST_GMAIL_PASSWORD"] = "wrong"
+    fm.save("INBOX", _msg(1))
+    code, report = env.sync("--apply", capsys=capsys)
+    assert code == 1
+    assert report["accounts"]["gmail"]["error"]
+    assert "wrong" not in json.dumps(report)
+    assert _folder(report, "fastmail", "INBOX")["bodies"] == 1
+
+
+def test_limit_takes_n_per_folder_and_the_rest_next_run(
+    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+) -> None:
+    user, env = fastmail
+    for i in range(7):
+        user.save("INBOX", _msg(i))
+    code, report = env.sync("--apply", "--limit", "3", capsys=capsys)
+    assert _folder(report, "fastmail", "INBOX")["cursor_to"] == 3
+    code, report = env.sync("--apply", "--limit", "3", capsys=capsys)
+    assert _folder(report, "fastmail", "INBOX")["cursor_to"] == 6
+    code, report = env.sync("--apply", capsys=capsys)
+    assert code == 0 and _folder(report, "fastmail", "INBOX")["cursor_to"] == 7
+
+
+def test_reconcile_records_vanished_and_keeps_the_message(
+    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+) -> None:
+    user, env = fastmail
+    for i in range(3):
+        user.save("INBOX", _msg(i))
+    env.sync("--apply", capsys=capsys)
+    user.expunge("INBOX", 2)
+    code, report = env.sync("--apply", "--reconcile", capsys=capsys)
+    inbox = _folder(report, "fastmail", "INBOX")
+    assert code == 0 and inbox["mode"] == "reconcile" and inbox["vanished"] == 1
+    with env.open() as s:
+        assert "m1@sync.example" in s.message_ids()
+        gone = s.query("select uid from locations where vanished").column("uid").to_pylist()
+        assert gone == [2]
+
+
+def test_sync_never_sets_seen_on_the_server(
+    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+) -> None:
+    user, env = fastmail
+    for i in range(3):
+        user.save("INBOX", _msg(i))
+    user.save("Archive", _msg(5))
+    mark = env.dv.log_mark()
+    env.sync("--apply", capsys=capsys)
+    env.sync("--apply", "--reconcile", capsys=capsys)
+    assert all("\\Seen" not in flags for flags in user.flags("INBOX").values())
+    assert [e for e in env.dv.mail_events(mark) if e.kind == "flag_change"] == []
+
+
+def test_cursor_log_explains_every_move(
+    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+) -> None:
+    user, env = fastmail
+    user.save("INBOX", _msg(1))
+    env.sync("--apply", capsys=capsys)
+    user.save("INBOX", _msg(2))
+    env.sync("--apply", capsys=capsys)
+    code = main(["--store", str(env.store), "cursor", "log", "fastmail", "INBOX"], env={})
+    out, _ = capsys.readouterr()
+    lines = out.strip().splitlines()
+    assert code == 0 and len(lines) == 2
+    assert "mode=full" in lines[0] and "cursor=None->1" in lines[0]
+    assert "mode=delta" in lines[1] and "cursor=1->2" in lines[1]
+
+
+def test_metrics_textfile_carries_last_success_across_a_failure(
+    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+) -> None:
+    user, env = fastmail
+    user.save("INBOX", _msg(1))
+    env.sync("--apply", capsys=capsys)
+    text = env.metrics.read_text()
+    assert "mailledger_sync_last_exit_code 0.0" in text
+    ok = next(ln for ln in text.splitlines() if ln.startswith("mailledger_sync_last_success"))
+    env.env["MAILLEDGER_TEST_FASTMAIL_PASSWORD"] = "wrong"
+    code, _ = env.sync("--apply", capsys=capsys)
+    text = env.metrics.read_text()
+    assert code == 1 and "mailledger_sync_last_exit_code 1.0" in text
+    assert ok in text.splitlines()
+    assert 'mailledger_sync_account_errors{account="fastmail"} 1.0' in text
+
+
+def test_kill_9_mid_folder_leaves_cursor_behind_data_and_rerun_stores_each_once(
+    fastmail: tuple[Any, Env], tmp_path: Path
+) -> None:
+    user, env = fastmail
+    big = "lorem ipsum dolor sit amet " * 400
+    n = user.bulk_maildir("INBOX", (_msg(i, body=big) for i in range(400)))
+    assert n == 400
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline",
+        "--store",
+        str(env.store),
+        "sync",
+        "--apply",
+        "--config",
+        str(env.config),
+    ]
+    proc = subprocess.Popen(
+        cmd, env={**os.environ, **env.env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # wait until some messages are durable, then kill
+        logs = list((env.store / "log").glob("*.parquet")) if env.store.exists() else []
+        if logs:
+            break
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with env.open() as s:
+        cur = s.cursor("fastmail", "INBOX")
+        stored = len(s.message_ids())
+        assert cur is None or cur["last_uid"] <= stored
+    done = subprocess.run(cmd, env={**os.environ, **env.env}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with env.open() as s:
+        assert len(s.message_ids()) == 400
+        assert s.cursor("fastmail", "INBOX")["last_uid"] == 400
+        assert s.verify() == []
