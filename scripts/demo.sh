@@ -20,3 +20,10 @@ ml query "select type, count(*) as events from events group by all"
 ml stats
 ml verify
 echo "store: $STORE" >&2
+
+# The IMAP half: a real Dovecot on loopback holding the same mail in two accounts.
+if ! command -v dovecot >/dev/null 2>&1 && ! [ -x /usr/sbin/dovecot ] && [ "$(id -u)" = 0 ]; then
+  echo "demo: installing dovecot-imapd for the IMAP part" >&2
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dovecot-imapd dovecot-pop3d openssl) >/dev/null 2>&1 || true
+fi
+"$BIN/python" scripts/demo_imap.py "$STORE-imap"
