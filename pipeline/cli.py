@@ -272,7 +272,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from pipeline.config import default_config_path, load_config
     from pipeline.metrics import write_metrics
     from pipeline.store import MessageStore
-    from pipeline.sync import SyncOptions, sync_accounts
+    from pipeline.sync import SyncOptions, sync_accounts, wait_for_change
 
     env = args.env
     config = load_config(args.config or default_config_path(env), env)
@@ -327,7 +327,11 @@ def cmd_sync(args: argparse.Namespace) -> int:
             write_metrics(Path(metrics_file), result, SystemClock().now())
         if args.json:
             _print_json(result)
-        if not args.watch or stop.wait(args.interval):
+        if not args.watch or stop.is_set():
+            break
+        why = wait_for_change(config, env, args.interval, stop, only=only)
+        emit(f"watch: woke up ({why})")
+        if stop.is_set():
             break
     return code
 

@@ -266,9 +266,10 @@ class ImapSource:
     def can_idle(self) -> bool:
         return bool(self._call("CAPABILITY", self._c.has_capability, "IDLE"))
 
-    def idle_wait(self, folder: str, seconds: float) -> bool:
+    def idle_wait(self, folder: str, seconds: float, *, reopen: bool = True) -> bool:
         """IDLE on ``folder`` until something changes or ``seconds`` pass; True on change."""
-        self.examine(folder)
+        if reopen:
+            self.examine(folder)
         self._call("IDLE", self._c.idle)
         try:
             responses = self._call("IDLE", self._c.idle_check, timeout=seconds)

@@ -472,3 +472,51 @@ def test_kill_9_mid_folder_leaves_cursor_behind_data_and_rerun_stores_each_once(
         assert len(s.message_ids()) == 400
         assert s.cursor("fastmail", "INBOX")["last_uid"] == 400
         assert s.verify() == []
+
+
+def test_watch_wakes_on_idle_and_stops_cleanly_on_sigterm(
+    fastmail: tuple[Any, Env], tmp_path: Path
+) -> None:
+    user, env = fastmail
+    user.save("INBOX", _msg(1))
+    cmd = [
+        sys.executable,
+        "-u",
+        "-m",
+        "pipeline",
+        "--store",
+        str(env.store),
+        "sync",
+        "--apply",
+        "--watch",
+        "--interval",
+        "60s",
+        "--config",
+        str(env.config),
+    ]
+    out = tmp_path / "watch.out"
+    with open(out, "w") as fh:
+        proc = subprocess.Popen(cmd, env={**os.environ, **env.env}, stdout=fh, stderr=fh)
+
+    def wait_for(text: str, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in out.read_text():
+            assert time.monotonic() < deadline, f"no {text!r} in:\n{out.read_text()}"
+            assert proc.poll() is None, out.read_text()
+            time.sleep(0.05)
+
+    try:
+        wait_for("sync run=")
+        time.sleep(0.5)  # let it settle into IDLE
+        user.save("INBOX", _msg(2))
+        wait_for("woke up (IDLE")
+        wait_for("new=1 bodies=1")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0, out.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with env.open() as s:
+        assert s.message_ids() == ["m1@sync.example", "m2@sync.example"]
+        modes = [m["mode"] for m in s.cursor_log("fastmail", "INBOX")]
+        assert modes == ["full", "watch"]
