@@ -88,12 +88,16 @@ def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    from pipeline.gdbm_import import import_gdbm
     from pipeline.importers import import_maildir, import_mbox
 
     progress = _Progress(f"import {args.kind}", sys.stderr.isatty())
     with _open(args, create=True) as store:
-        fn = import_maildir if args.kind == "maildir" else import_mbox
-        counts = fn(store, Path(args.path), batch_size=args.batch_size, progress=progress)
+        fn = {"maildir": import_maildir, "mbox": import_mbox, "gdbm": import_gdbm}[args.kind]
+        workers = args.workers if args.workers is not None else min(4, os.cpu_count() or 1)
+        counts = fn(
+            store, Path(args.path), batch_size=args.batch_size, progress=progress, workers=workers
+        )
     progress.done()
     if args.json:
         _print_json(counts.as_dict())
@@ -336,6 +340,34 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_dispatch(args: argparse.Namespace) -> int:
+    from pipeline.config import default_config_path, load_config
+    from pipeline.dispatch import dispatch, parse_dispatch
+    from pipeline.store import MessageStore
+
+    env = args.env
+    config = load_config(args.config or default_config_path(env), env)
+    dcfg = parse_dispatch(config.dispatch, config.path, env)
+    store_path = args.store or config.store_path or default_store_path(env)
+    with MessageStore.open(store_path, create=False) as store:
+        report = dispatch(store, dcfg, dry_run=args.dry_run, consumer=args.consumer)
+    out = sys.stderr if args.json else sys.stdout
+    for line in report.lines():
+        print(line, file=out)
+    given = sum(len(h.given) for h in report.handlers.values())
+    finished = sum(len(h.finished) for h in report.handlers.values())
+    failed = sum(1 for h in report.handlers.values() if h.error)
+    print(
+        f"{'dry-run' if args.dry_run else 'dispatch'} run={report.run_id}"
+        f" handlers={len(report.handlers)} given={given} finished={finished}"
+        f" unrouted={len(report.unrouted)} failed={failed} exit={report.exit_code}",
+        file=out,
+    )
+    if args.json:
+        _print_json(report.as_dict())
+    return report.exit_code
+
+
 def cmd_cursor_log(args: argparse.Namespace) -> int:
     with _open(args) as store:
         moves = store.cursor_log(args.account, args.folder)
@@ -404,12 +436,15 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         subs,
         "import",
         cmd_import,
-        "import mail from a Maildir tree or an mbox file",
+        "import mail from a Maildir tree, an mbox file or the legacy GDBM UIDL store",
         "mailledger import maildir ~/Maildir",
     )
-    p.add_argument("kind", choices=["maildir", "mbox"])
+    p.add_argument("kind", choices=["maildir", "mbox", "gdbm"])
     p.add_argument("path")
     p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument(
+        "--workers", type=int, help="parser processes (default: one per core, at most 4; 0: none)"
+    )
     p.add_argument("--json", action="store_true")
 
     p = _sub(
@@ -504,7 +539,7 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         subs,
         "sync",
         cmd_sync,
-        "sync IMAP accounts (dry run unless --apply): only new UIDs, never a body twice",
+        "sync IMAP and POP3 accounts (dry run unless --apply): only new mail, never a body twice",
         "mailledger sync --apply --config ~/.config/mailledger/config.toml",
     )
     p.add_argument(
@@ -523,6 +558,25 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--account", action="append", help="only this account (repeatable)")
     p.add_argument("--metrics-file", type=Path, help="Prometheus textfile to write")
     p.add_argument("--json", action="store_true", help="print the run report as JSON")
+
+    p = _sub(
+        subs,
+        "dispatch",
+        cmd_dispatch,
+        "hand stored messages to the [dispatch] handlers by To/Cc address; delete what they"
+        " finish (or, with --consumer, only advance that consumer's checkpoint)",
+        "mailledger dispatch --dry-run",
+    )
+    p.add_argument(
+        "--config", type=Path, help="TOML file (default $XDG_CONFIG_HOME/mailledger/config.toml)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="show the routing; call no handler")
+    p.add_argument(
+        "--consumer",
+        metavar="NAME",
+        help="non-destructive: only messages stored since NAME's checkpoint; nothing deleted",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
 
     p = _sub(
         subs,

@@ -7,20 +7,39 @@ for messages already on record at the same location.
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 
 from pipeline.ingest import Incoming, Ingest, RunCounts
 from pipeline.store import MessageStore
 from stores.errors import UsageError
 
-__all__ = ["import_maildir", "import_mbox", "iter_maildir", "iter_mbox"]
+__all__ = ["import_maildir", "import_mbox", "iter_maildir", "iter_mbox", "worker_pool"]
 
 Progress = Callable[[int], None]
 
 # Files a mail client or server keeps beside the messages; never mail.
 _NOT_MAIL_PREFIXES = (".", "dovecot", "courier", "maildirfolder", "subscriptions")
+
+
+@contextlib.contextmanager
+def worker_pool(workers: int) -> Iterator[Executor | None]:
+    """Processes that parse and compress while this one writes (None for 0 workers).
+
+    forkserver, not fork: this process may hold DuckDB threads and locks that a
+    forked child must not inherit.
+    """
+    if workers <= 0:
+        yield None
+        return
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["pipeline.ingest"])
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        yield pool
 
 
 def _is_mail_name(name: str) -> bool:
@@ -51,23 +70,32 @@ def iter_maildir(root: Path) -> Iterator[tuple[str, str, Path]]:
 
 
 def import_maildir(
-    store: MessageStore, root: Path, *, batch_size: int = 1000, progress: Progress | None = None
+    store: MessageStore,
+    root: Path,
+    *,
+    batch_size: int = 1000,
+    progress: Progress | None = None,
+    workers: int = 0,
 ) -> RunCounts:
-    """Import every message of a Maildir tree; returns the run counts."""
+    """Import every message of a Maildir tree; returns the run counts.
+
+    ``workers`` processes parse and compress in parallel (0: all in this one).
+    """
     root = Path(root).resolve()
     if not root.is_dir():
         raise UsageError(f"{root}: not a directory")
-    ingest = Ingest(store, f"import:maildir:{root}", batch_size=batch_size)
-    for n, (folder, unique, path) in enumerate(iter_maildir(root), 1):
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            ingest.error(str(path), f"unreadable: {exc.strerror or exc}")
-            continue
-        ingest.offer(Incoming(raw=raw, folder=folder, uidl=unique))
-        if progress is not None:
-            progress(n)
-    ingest.flush()
+    with worker_pool(workers) as pool, store.session():
+        ingest = Ingest(store, f"import:maildir:{root}", batch_size=batch_size, pool=pool)
+        for n, (folder, unique, path) in enumerate(iter_maildir(root), 1):
+            try:
+                raw = path.read_bytes()
+            except OSError as exc:
+                ingest.error(str(path), f"unreadable: {exc.strerror or exc}")
+                continue
+            ingest.offer(Incoming(raw=raw, folder=folder, uidl=unique))
+            if progress is not None:
+                progress(n)
+        ingest.flush()
     return ingest.counts
 
 
@@ -112,16 +140,22 @@ def _strip_separator_blank(lines: list[bytes]) -> bytes:
 
 
 def import_mbox(
-    store: MessageStore, path: Path, *, batch_size: int = 1000, progress: Progress | None = None
+    store: MessageStore,
+    path: Path,
+    *,
+    batch_size: int = 1000,
+    progress: Progress | None = None,
+    workers: int = 0,
 ) -> RunCounts:
     """Import every message of an mbox file; returns the run counts."""
     path = Path(path).resolve()
     if not path.is_file():
         raise UsageError(f"{path}: not a file")
-    ingest = Ingest(store, f"import:mbox:{path}", batch_size=batch_size)
-    for n, raw in iter_mbox(path):
-        ingest.offer(Incoming(raw=raw, folder=path.name, uid=n))
-        if progress is not None:
-            progress(n)
-    ingest.flush()
+    with worker_pool(workers) as pool, store.session():
+        ingest = Ingest(store, f"import:mbox:{path}", batch_size=batch_size, pool=pool)
+        for n, raw in iter_mbox(path):
+            ingest.offer(Incoming(raw=raw, folder=path.name, uid=n))
+            if progress is not None:
+                progress(n)
+        ingest.flush()
     return ingest.counts

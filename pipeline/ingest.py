@@ -10,6 +10,7 @@ few queries, never one per message.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,9 +19,10 @@ import pyarrow as pa
 
 from pipeline.parse import ParsedMessage, parse_message
 from pipeline.store import MessageStore
+from stores.blobs import encode_blob
 from stores.events import Event
 
-__all__ = ["Incoming", "Ingest", "RunCounts"]
+__all__ = ["Incoming", "Ingest", "RunCounts", "prepare"]
 
 
 @dataclass
@@ -75,8 +77,31 @@ class Incoming:
     message_id: str | None = None  # overrides the parsed id (legacy UIDL import)
 
 
+def prepare(raws: Sequence[bytes]) -> list[tuple[ParsedMessage, bytes]]:
+    """Parse each message and encode its blob: the CPU-bound part of an ingest,
+    pure so that worker processes can run it."""
+    return [(parse_message(raw), encode_blob(raw)) for raw in raws]
+
+
+class _Done:
+    """A finished result with the interface of a Future (no pool in use)."""
+
+    def __init__(self, value: list[tuple[ParsedMessage, bytes]]) -> None:
+        self._value = value
+
+    def result(self) -> list[tuple[ParsedMessage, bytes]]:
+        return self._value
+
+
 class Ingest:
-    """Batching writer of ``message-seen`` events for one source."""
+    """Batching writer of ``message-seen`` events for one source.
+
+    Messages are prepared (parsed, compressed) in chunks, by ``workers``
+    processes when given, while this process writes blobs and commits: the
+    work of one batch overlaps the commit of the one before.
+    """
+
+    _CHUNK = 128
 
     def __init__(
         self,
@@ -86,18 +111,29 @@ class Ingest:
         batch_size: int = 1000,
         batch_bytes: int = 32 << 20,
         network: bool = False,
+        pool: Executor | None = None,
     ) -> None:
         """``network``: bodies were downloaded (each counts as fetched); otherwise
-        read from local files (a body counts as fetched only when its bytes are new)."""
+        read from local files (a body counts as fetched only when its bytes are new).
+        ``pool``: an executor that runs ``prepare`` (None: in this process)."""
         self.store = store
         self.source = source
         self.network = network
-        self._known: list[tuple[dict[str, Any], Incoming]] = []
+        self.pool = pool
         self.batch_size = batch_size
         self.batch_bytes = batch_bytes
         self.counts = RunCounts()
-        self._pending: list[Incoming] = []
-        self._pending_bytes = 0
+        self._chunk: list[Incoming] = []
+        self._chunks: list[tuple[list[Incoming], Any]] = []
+        self._queued = 0
+        self._queued_bytes = 0
+        self._known: list[tuple[dict[str, Any], Incoming]] = []
+        self._sealed: tuple[list[tuple[list[Incoming], Any]], list[Any]] | None = None
+        # what this run has recorded: later batches are decided without waiting
+        # for earlier ones to reach the projections
+        self._owners: dict[str, str] = {}
+        self._locs: set[tuple[Any, ...]] = set()
+        self._shas: set[str] = set()
 
     def error(self, where: str, reason: str) -> None:
         """Count a message that could not be read at all (it is named, never dropped quietly)."""
@@ -107,10 +143,13 @@ class Ingest:
 
     def offer(self, item: Incoming) -> None:
         self.counts.uids_seen += 1
-        self._pending.append(item)
-        self._pending_bytes += len(item.raw)
-        if len(self._pending) >= self.batch_size or self._pending_bytes >= self.batch_bytes:
-            self.flush()
+        self._chunk.append(item)
+        self._queued += 1
+        self._queued_bytes += len(item.raw)
+        if len(self._chunk) >= self._CHUNK:
+            self._submit()
+        if self._queued >= self.batch_size or self._queued_bytes >= self.batch_bytes:
+            self._seal()
 
     def offer_all(self, items: Iterable[Incoming]) -> None:
         for item in items:
@@ -121,48 +160,80 @@ class Ingest:
         recorded at its new location without its body."""
         self.counts.uids_seen += 1
         self._known.append((record, where))
-        if len(self._pending) + len(self._known) >= self.batch_size:
-            self.flush()
+        if self._queued + len(self._known) >= self.batch_size:
+            self._seal()
+
+    def _submit(self) -> None:
+        chunk, self._chunk = self._chunk, []
+        if not chunk:
+            return
+        raws = [it.raw for it in chunk]
+        fut = self.pool.submit(prepare, raws) if self.pool is not None else _Done(prepare(raws))
+        self._chunks.append((chunk, fut))
+
+    def _seal(self) -> None:
+        """Close the current batch. The batch sealed before it is committed now,
+        while the workers still prepare this one: commits overlap parsing."""
+        self._submit()
+        batch = (self._chunks, self._known)
+        self._chunks, self._known = [], []
+        self._queued = self._queued_bytes = 0
+        previous, self._sealed = self._sealed, batch
+        if previous is not None:
+            self._commit(*previous)
 
     def flush(self, extra: Sequence[Event] = ()) -> None:
-        """Decide, write blobs, commit one batch (with ``extra`` events after it)."""
-        items, self._pending, self._pending_bytes = self._pending, [], 0
-        known, self._known = self._known, []
+        """Commit everything offered so far (with ``extra`` events after it) and fold
+        it into the projections."""
+        self._submit()
+        previous, self._sealed = self._sealed, None
+        if previous is not None:
+            self._commit(*previous)
+        chunks, known = self._chunks, self._known
+        self._chunks, self._known = [], []
+        self._queued = self._queued_bytes = 0
+        self._commit(chunks, known, extra)
+        self.store.catch_up()
+
+    def _commit(
+        self,
+        chunks: list[tuple[list[Incoming], Any]],
+        known: list[tuple[dict[str, Any], Incoming]],
+        extra: Sequence[Event] = (),
+    ) -> None:
+        """Decide, write blobs, commit one batch."""
+        items: list[Incoming] = []
+        prepared: list[tuple[ParsedMessage, bytes]] = []
+        for chunk, fut in chunks:
+            items.extend(chunk)
+            prepared.extend(fut.result())
         if not items and not known:
             if extra:
-                self.store.commit(list(extra))
+                self.store.commit(list(extra), apply=False)
                 self.counts.events += len(extra)
             return
-        parsed = []
-        for it in items:
-            p = parse_message(it.raw)
-            if it.message_id is not None:
-                p = _with_id(p, it.message_id)
-            parsed.append(p)
-        known_locs, owners = self._lookup(
+        parsed = [
+            _with_id(p, it.message_id) if it.message_id is not None else p
+            for it, (p, _) in zip(items, prepared, strict=True)
+        ]
+        self._lookup(
             [p.message_id for p in parsed] + [r["message_id"] for r, _ in known],
             [p.sha256 for p in parsed] + [r["sha256"] for r, _ in known],
         )
+        known_locs = self._locs
         events: list[Event] = []
         c = self.counts
-        for it, p in zip(items, parsed, strict=True):
+        for it, p, (_, blob) in zip(items, parsed, prepared, strict=True):
             c.processed += 1
             c.bytes_read += len(it.raw)
             if p.defects:
                 c.malformed += 1
-            _, written = self.store.blobs.put(it.raw, p.sha256)
+            written = self.store.blobs.put_encoded(p.sha256, blob)
             if written or self.network:
                 c.bodies_fetched += 1
             else:
                 c.known_skipped += 1
-            owner = owners.get(p.message_id)
-            if owner is None:
-                c.new_messages += 1
-                owners[p.message_id] = self.source
-            elif owner == self.source:
-                c.duplicates += 1
-            else:
-                c.conflicts_other_source += 1
+            self._count_owner(p.message_id)
             key = (it.folder, it.uidvalidity, it.uid, it.uidl, p.sha256)
             if key in known_locs:
                 continue  # this very location and content are on record already
@@ -181,14 +252,7 @@ class Ingest:
         for rec, it in known:
             c.processed += 1
             c.known_skipped += 1
-            owner = owners.get(rec["message_id"])
-            if owner is None:
-                c.new_messages += 1  # known content, but its record was deleted since
-                owners[rec["message_id"]] = self.source
-            elif owner == self.source:
-                c.duplicates += 1
-            else:
-                c.conflicts_other_source += 1
+            self._count_owner(rec["message_id"])
             key = (it.folder, it.uidvalidity, it.uid, it.uidl, rec["sha256"])
             if key in known_locs:
                 continue
@@ -206,30 +270,51 @@ class Ingest:
             )
         events.extend(extra)
         if events:
-            self.store.commit(events)
+            # durable now; folded into the projections at flush (one fold for many
+            # batches is far cheaper than one per batch)
+            self.store.commit(events, apply=False)
             c.events += len(events)
 
-    def _lookup(
-        self, ids: list[str], shas: list[str]
-    ) -> tuple[set[tuple[Any, ...]], dict[str, str]]:
-        """Known (location, sha) keys of this source, and the source owning each id."""
-        con = self.store._reader()
-        con.register("_q_ids", pa.table({"id": pa.array(ids, pa.string())}))
-        owners = dict(
-            con.execute(
-                "SELECT message_id, source FROM messages"
-                " WHERE message_id IN (SELECT id FROM _q_ids)"
+    def _count_owner(self, message_id: str) -> None:
+        c = self.counts
+        owner = self._owners.get(message_id)
+        if owner is None:
+            c.new_messages += 1  # (or known content whose record was deleted since)
+            self._owners[message_id] = self.source
+        elif owner == self.source:
+            c.duplicates += 1
+        else:
+            c.conflicts_other_source += 1
+
+    def _lookup(self, ids: list[str], shas: list[str]) -> None:
+        """Learn, for ids and contents this run has not met yet, which source owns
+        each id and which (location, sha) keys of this source are on record."""
+        new_ids = sorted({i for i in ids if i not in self._owners})
+        new_shas = sorted({h for h in shas if h not in self._shas})
+        if not new_ids and not new_shas:
+            return
+        # Projections may lag while a bulk run defers its fold; what this run
+        # committed itself is in self._owners / self._locs already.
+        con = self.store._reader(stale_ok=True)
+        if new_ids:
+            con.register("_q_ids", pa.table({"id": pa.array(new_ids, pa.string())}))
+            self._owners.update(
+                con.execute(
+                    "SELECT message_id, source FROM messages"
+                    " WHERE message_id IN (SELECT id FROM _q_ids)"
+                ).fetchall()
+            )
+            con.unregister("_q_ids")
+        if new_shas:
+            con.register("_q_sha", pa.table({"sha": pa.array(new_shas, pa.string())}))
+            rows = con.execute(
+                "SELECT folder, uidvalidity, uid, uidl, sha256 FROM locations"
+                " WHERE source = ? AND sha256 IN (SELECT sha FROM _q_sha)",
+                [self.source],
             ).fetchall()
-        )
-        con.register("_q_sha", pa.table({"sha": pa.array(shas, pa.string())}))
-        rows = con.execute(
-            "SELECT folder, uidvalidity, uid, uidl, sha256 FROM locations"
-            " WHERE source = ? AND sha256 IN (SELECT sha FROM _q_sha)",
-            [self.source],
-        ).fetchall()
-        con.unregister("_q_ids")
-        con.unregister("_q_sha")
-        return {tuple(r) for r in rows}, owners
+            con.unregister("_q_sha")
+            self._locs.update(tuple(r) for r in rows)
+            self._shas.update(new_shas)
 
 
 def _with_id(p: ParsedMessage, message_id: str) -> ParsedMessage:

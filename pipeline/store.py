@@ -11,16 +11,19 @@ projections. A store is a directory::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import email
 import email.policy
+import functools
 import json
+import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from email.message import EmailMessage
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -32,14 +35,40 @@ from projections.normalize import index_value, normalize_header_name, normalize_
 from projections.tables import PROJECTION_VERSION, fingerprint
 from stores import db
 from stores.blobs import BlobStore
-from stores.errors import LogIntegrityError, NotFoundError, UsageError
+from stores.errors import LockTimeout, LogIntegrityError, NotFoundError, UsageError
 from stores.events import SCHEMA, Event, MessageDeleted, MessageSeen
 from stores.log import EventLog
 
 __all__ = ["MessageStore", "SeenOutcome"]
 
+log = logging.getLogger("mailledger.store")
+
 _FORMAT = {"format": "mailledger-store", "version": 1}
 _REPLAY_CHUNK = 200_000
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _uses_db(fn: _F) -> _F:
+    """Release the projection database when the outermost store call returns.
+
+    DuckDB lets a process that has the file open for writing keep every other
+    process out, even readers; so a store holds it only for one operation
+    (or for the span of an explicit ``with store.session():``).
+    """
+
+    @functools.wraps(fn)
+    def wrapper(self: MessageStore, *args: Any, **kwargs: Any) -> Any:
+        self._depth += 1
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            self._depth -= 1
+            if self._depth == 0 and not self._held:
+                self.close()
+
+    return wrapper  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -66,6 +95,8 @@ class MessageStore:
         self.db_path = self.root / "projections.duckdb"
         self._con: duckdb.DuckDBPyConnection | None = None
         self._con_rw = False
+        self._depth = 0
+        self._held = 0
 
     # -- lifecycle ------------------------------------------------------------
     @classmethod
@@ -106,6 +137,18 @@ class MessageStore:
             self._con = None
             self._con_rw = False
 
+    @contextlib.contextmanager
+    def session(self) -> Iterator[MessageStore]:
+        """Keep the projection database open across many calls (a script doing
+        thousands of lookups). Other processes cannot write meanwhile: keep it short."""
+        self._held += 1
+        try:
+            yield self
+        finally:
+            self._held -= 1
+            if not self._held and not self._depth:
+                self.close()
+
     def __enter__(self) -> MessageStore:
         return self
 
@@ -123,14 +166,17 @@ class MessageStore:
                 self._rebuild(self._con)
         return self._con
 
-    def _reader(self) -> duckdb.DuckDBPyConnection:
-        """A connection whose projections are caught up with the log."""
+    def _reader(self, *, stale_ok: bool = False) -> duckdb.DuckDBPyConnection:
+        """A connection whose projections are caught up with the log.
+
+        ``stale_ok``: projections may lag the log (a writer batching its applies
+        that remembers what it committed itself); no catch-up is forced.
+        """
         if self._con is None:
             if self.db_path.exists():
                 con = db.connect(self.db_path, read_only=True)
-                if (
-                    projection_version(con) == PROJECTION_VERSION
-                    and applied_seq(con) == self.log.last_seq()
+                if projection_version(con) == PROJECTION_VERSION and (
+                    stale_ok or applied_seq(con) == self.log.last_seq()
                 ):
                     self._con, self._con_rw = con, False
                     return con
@@ -147,13 +193,14 @@ class MessageStore:
                 f"{self.db_path}: projections are at seq {seq} but the log ends at {last}"
             )
         if seq < last:
-            apply(con, self.log.read(after=seq))
+            for chunk in self._log_chunks(after=seq):
+                apply(con, chunk)
 
     def _rebuild(self, con: duckdb.DuckDBPyConnection) -> int:
         return rebuild(con, self._log_chunks())
 
-    def _log_chunks(self) -> Iterator[pa.Table]:
-        files = self.log.files()
+    def _log_chunks(self, after: int = 0) -> Iterator[pa.Table]:
+        files = [f for f in self.log.files() if f.last > after]
         while files:
             group, rows = [], 0
             while files and (not group or rows + files[0].rows <= _REPLAY_CHUNK):
@@ -170,12 +217,33 @@ class MessageStore:
         ).replace_schema_metadata(None)
 
     # -- writing --------------------------------------------------------------
-    def commit(self, events: Sequence[Event]) -> pa.Table:
-        """Make the batch's blobs durable, commit the events, fold them into projections."""
+    @_uses_db
+    def commit(self, events: Sequence[Event], *, apply: bool = True) -> pa.Table:
+        """Make the batch's blobs durable, commit the events, fold them into projections.
+
+        ``apply=False`` leaves the fold for a later ``catch_up()`` (a bulk writer
+        folds many batches at once); readers catch up by themselves meanwhile.
+        """
         table = self.log.append(events, before_commit=self.blobs.flush)
-        con = self._writer()
-        self._catch_up(con)  # applies this batch (and any a crash left unapplied)
+        if apply:
+            self.catch_up()
         return table
+
+    @_uses_db
+    def catch_up(self) -> int:
+        """Fold every committed event the projections have not seen; returns their seq."""
+        try:
+            con = self._writer()
+            self._catch_up(con)  # applies this batch (and any a crash left unapplied)
+        except LockTimeout as exc:
+            # The events are durable; only the projections lag. They catch up at the
+            # next open: a committed write must never be reported as a failed one.
+            log.warning("projections not updated now (%s); they catch up later", exc)
+            return -1
+        seq = applied_seq(con)
+        if self._held:
+            self.close()  # inside a session: give the write lock back at once
+        return seq
 
     def seen_event(
         self,
@@ -251,6 +319,7 @@ class MessageStore:
             defects=tuple(rec["defects"] or ()),
         )
 
+    @_uses_db
     def known_records(
         self, pairs: Sequence[tuple[str, int]]
     ) -> dict[tuple[str, int], dict[str, Any]]:
@@ -280,6 +349,7 @@ class MessageStore:
         con.unregister("_q_pairs")
         return {(r["message_id"], r["size"]): r for r in table.to_pylist()}
 
+    @_uses_db
     def cursor(self, account: str, folder: str) -> dict[str, Any] | None:
         """The sync cursor of (account, folder), or None before the first sync."""
         cur = self._reader().execute(
@@ -292,6 +362,7 @@ class MessageStore:
             return None
         return dict(zip([d[0] for d in cur.description], rows[0], strict=True))
 
+    @_uses_db
     def add(
         self,
         uidl: str | None,
@@ -313,6 +384,7 @@ class MessageStore:
         self.commit([self.seen_event(parsed, source=source, folder=folder, uidl=uidl)])
         return parsed.message_id
 
+    @_uses_db
     def delete(self, msg_id: str, *, reason: str = "", actor: str = "api") -> bool:
         """Drop a message from the store; False if it was not there."""
         mid = normalize_msgid(msg_id) or msg_id
@@ -353,6 +425,7 @@ class MessageStore:
         return last
 
     # -- reading --------------------------------------------------------------
+    @_uses_db
     def get(self, msg_id: str) -> dict[str, Any] | None:
         """The primary record of ``msg_id`` (with or without angle brackets), or None."""
         mid = normalize_msgid(msg_id) or msg_id
@@ -365,6 +438,7 @@ class MessageStore:
         rec["headers"] = [(h["name"], h["value"]) for h in rec["headers"] or ()]
         return rec
 
+    @_uses_db
     def raw(self, msg_id: str) -> bytes:
         """The message's raw bytes, checked against its sha256."""
         mid = normalize_msgid(msg_id) or msg_id
@@ -383,6 +457,7 @@ class MessageStore:
         assert isinstance(msg, EmailMessage)
         return msg
 
+    @_uses_db
     def find(self, header: str, value: str) -> list[str]:
         """Message-IDs whose ``header`` matches ``value`` after the index normalization."""
         name = normalize_header_name(header)
@@ -403,6 +478,7 @@ class MessageStore:
             )
         return sorted(r[0] for r in rows.fetchall())
 
+    @_uses_db
     def walk_thread(self, msg_id: str) -> list[str]:
         """Every stored message of ``msg_id``'s thread, oldest first (undated last).
 
@@ -422,6 +498,7 @@ class MessageStore:
         ).fetchall()
         return [r[0] for r in rows]
 
+    @_uses_db
     def contains_uidl(self, uidl: str) -> bool:
         row = (
             self._reader()
@@ -430,6 +507,61 @@ class MessageStore:
         )
         return bool(row)
 
+    @_uses_db
+    def known_uidls(
+        self, source: str, uidls: Sequence[str], *, legacy: bool = True
+    ) -> dict[str, list[dict[str, Any]]]:
+        """What the store knows of each POP3 UIDL in ``uidls``, in one batched query.
+
+        Returns ``uidl -> [{"source", "sha256", "size", "message_id"}, ...]`` for
+        the UIDLs on record at ``source`` and, with ``legacy``, at any legacy
+        GDBM import (``import:gdbm:*``): a UIDL migrated from the old store is
+        not downloaded again. A UIDL can have several entries when a server
+        reused it for other content. ``size`` is the stored size of that
+        content (from the primary record, else from the log when the message
+        was deleted since), None only when neither still holds it.
+        """
+        wanted = sorted(set(uidls))
+        if not wanted:
+            return {}
+        con = self._reader()
+        con.register("_q_uidls", pa.table({"uidl": pa.array(wanted, pa.string())}))
+        try:
+            rows = con.execute(
+                "SELECT DISTINCT l.uidl, l.source, l.sha256, l.message_id, m.size"
+                " FROM locations l"
+                " LEFT JOIN (SELECT sha256, any_value(size) AS size FROM messages"
+                "            GROUP BY sha256) m USING (sha256)"
+                " WHERE l.uidl IN (SELECT uidl FROM _q_uidls)"
+                "   AND (l.source = ? OR (? AND starts_with(l.source, 'import:gdbm:')))"
+                " ORDER BY l.uidl, l.source, l.sha256",
+                [source, legacy],
+            ).fetchall()
+        finally:
+            con.unregister("_q_uidls")
+        out: dict[str, list[dict[str, Any]]] = {}
+        missing: set[str] = set()
+        for uidl, src, sha, mid, size in rows:
+            out.setdefault(uidl, []).append(
+                {"source": src, "sha256": sha, "size": size, "message_id": mid}
+            )
+            if size is None:
+                missing.add(sha)
+        if missing:  # deleted from the store since: the log still says how big it was
+            table = self.query(
+                "SELECT sha256, any_value(size) AS size FROM events"
+                " WHERE type = 'message-seen' AND sha256 IN (SELECT unnest(?))"
+                " AND size IS NOT NULL GROUP BY sha256",
+                [sorted(missing)],
+            )
+            sizes = {r["sha256"]: r["size"] for r in table.to_pylist()}
+            for entries in out.values():
+                for e in entries:
+                    if e["size"] is None:
+                        e["size"] = sizes.get(e["sha256"])
+        return out
+
+    @_uses_db
     def uidls(self) -> list[str]:
         """Every UIDL ever downloaded (seed ``_uidls``)."""
         rows = self._reader().execute(
@@ -437,6 +569,7 @@ class MessageStore:
         )
         return [r[0] for r in rows.fetchall()]
 
+    @_uses_db
     def message_ids(self) -> list[str]:
         rows = self._reader().execute("SELECT message_id FROM messages ORDER BY message_id")
         return [r[0] for r in rows.fetchall()]
@@ -445,6 +578,7 @@ class MessageStore:
         """True when the store already holds a body with this content hash."""
         return self.blobs.has(sha)
 
+    @_uses_db
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """Run SQL over the projections and the ``events`` view of the log."""
         con = self._reader()
@@ -470,6 +604,7 @@ class MessageStore:
             " ORDER BY m.date_iso NULLS LAST, m.message_id"
         )
 
+    @_uses_db
     def cursor_log(self, account: str, folder: str) -> list[dict[str, Any]]:
         """Every move of a folder's cursor, oldest first, straight from the log."""
         table = self.query(
@@ -481,6 +616,7 @@ class MessageStore:
         )
         return table.to_pylist()
 
+    @_uses_db
     def stats(self) -> dict[str, Any]:
         con = self._reader()
         one = lambda sql: con.execute(sql).fetchall()[0][0]  # noqa: E731
@@ -510,6 +646,7 @@ class MessageStore:
         }
 
     # -- integrity ------------------------------------------------------------
+    @_uses_db
     def verify(self, *, blobs: bool = True) -> list[str]:
         """Problems found: log damage, missing or corrupt blobs, projections that drifted."""
         problems = self.log.verify()

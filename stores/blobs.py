@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from stores.errors import BlobIntegrityError, NotFoundError
 
-__all__ = ["BlobStore", "sha256_hex"]
+__all__ = ["BlobStore", "encode_blob", "sha256_hex"]
 
 _MAGIC = b"MLB1"
 _HEADER = struct.Struct(">4sBQ")  # magic, codec (0 raw, 1 zstd), original size
@@ -31,6 +31,15 @@ _RAW, _ZSTD = 0, 1
 def sha256_hex(data: bytes) -> str:
     """The content address of ``data``."""
     return hashlib.sha256(data).hexdigest()
+
+
+def encode_blob(data: bytes) -> bytes:
+    """The on-disk form of ``data``: a small header, then zstd (or the raw bytes when
+    compression does not pay). Pure, so a worker process can do it."""
+    compressed = pa.compress(data, codec="zstd", asbytes=True) if data else b""
+    if len(compressed) < len(data):
+        return _HEADER.pack(_MAGIC, _ZSTD, len(data)) + compressed
+    return _HEADER.pack(_MAGIC, _RAW, len(data)) + data
 
 
 def _syncfs(path: Path) -> None:
@@ -51,6 +60,9 @@ class BlobStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self._tmp = self.root / ".tmp"
+        self._root_s = str(self.root)
+        self._tmp_s = str(self._tmp)
+        self._shards: set[str] = set()
         self._dirty = False
 
     def create(self) -> None:
@@ -61,29 +73,36 @@ class BlobStore:
         return self.root / sha[:2] / sha
 
     def has(self, sha: str) -> bool:
-        return self.path(sha).exists()
+        return os.path.exists(os.path.join(self._root_s, sha[:2], sha))
 
     def put(self, data: bytes, sha: str | None = None) -> tuple[str, bool]:
         """Store ``data``; returns (sha256, True if new bytes were written)."""
         sha = sha or sha256_hex(data)
-        final = self.path(sha)
-        if final.exists():
+        if self.has(sha):
+            # Maybe written by a writer that crashed before its flush: the event
+            # we are about to commit names it, so it must be made durable too.
+            self._dirty = True
             return sha, False
-        compressed = pa.compress(data, codec="zstd", asbytes=True) if data else b""
-        if len(compressed) < len(data):
-            payload, codec = compressed, _ZSTD
-        else:
-            payload, codec = data, _RAW
-        final.parent.mkdir(mode=0o700, exist_ok=True)
-        tmp = self._tmp / f"{sha}.{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, _HEADER.pack(_MAGIC, codec, len(data)) + payload)
-        finally:
-            os.close(fd)
+        return sha, self.put_encoded(sha, encode_blob(data))
+
+    def put_encoded(self, sha: str, encoded: bytes) -> bool:
+        """Store a blob already encoded by ``encode_blob``; True if it was new."""
+        shard = os.path.join(self._root_s, sha[:2])
+        final = os.path.join(shard, sha)
+        self._dirty = True  # a blob already there may be a crashed writer's: flush it too
+        if os.path.exists(final):
+            return False
+        if shard not in self._shards:
+            os.makedirs(shard, mode=0o700, exist_ok=True)
+            self._shards.add(shard)
+        # Unique per writer (threads of one process too): a shared name let one
+        # writer truncate the file another was renaming into place.
+        tmp = os.path.join(self._tmp_s, f"{sha}.{os.getpid()}.{os.urandom(6).hex()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with open(fd, "wb") as fh:  # writes every byte (os.write may write fewer)
+            fh.write(encoded)
         os.replace(tmp, final)
-        self._dirty = True
-        return sha, True
+        return True
 
     def flush(self) -> None:
         """Make every blob written since the last flush durable."""
@@ -110,10 +129,13 @@ class BlobStore:
         if magic != _MAGIC or codec not in (_RAW, _ZSTD):
             raise BlobIntegrityError(f"blob {self.path(sha)} has no mailledger header")
         if codec == _RAW:
+            if len(payload) != size:
+                raise BlobIntegrityError(f"blob {self.path(sha)} is truncated")
             return payload
         try:
             return pa.decompress(payload, decompressed_size=size, codec="zstd", asbytes=True)
-        except (OSError, ValueError, pa.ArrowException) as exc:
+        except (OSError, ValueError, MemoryError, pa.ArrowException) as exc:
+            # MemoryError: a damaged header claiming an absurd size
             raise BlobIntegrityError(f"blob {self.path(sha)} does not decompress: {exc}") from exc
 
     def delete(self, sha: str) -> bool:
@@ -140,7 +162,29 @@ class BlobStore:
         return sum(self.path(s).stat().st_size for s in self.shas())
 
     def clean_tmp(self) -> None:
-        """Remove temporary files a crashed writer left behind."""
+        """Remove temporary files a crashed writer left behind.
+
+        Safe while others write: a file whose writer (the pid in its name) is
+        still running, this process included, is in flight and left alone.
+        """
         if self._tmp.exists():
             for f in self._tmp.iterdir():
-                f.unlink(missing_ok=True)
+                if not _writer_alive(f.name):
+                    f.unlink(missing_ok=True)
+
+
+def _writer_alive(tmp_name: str) -> bool:
+    """True when the process that named ``{sha}.{pid}.{random}`` may still be writing it."""
+    try:
+        pid = int(tmp_name.split(".")[1])
+    except (IndexError, ValueError):
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    return True

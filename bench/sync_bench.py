@@ -1,0 +1,192 @@
+"""IMAP sync benchmark: mailledger and mbsync side by side against one loopback Dovecot.
+
+Bytes are Dovecot's own per-session logout counters (``out=`` = bytes the server
+sent), never mailledger's. Wall time and peak RSS come from ``wait4`` on each
+child process. Every ratio is computed from figures measured in this run.
+
+    python -m bench.sync_bench [--messages 10000] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from dovecot import Dovecot  # noqa: E402
+
+from bench.corpus import generate_messages  # noqa: E402
+
+__all__ = ["main"]
+
+USER = "fastmail"
+
+
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS MiB, exit code) of one child process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.returncode not in (0, 3):
+        print(f"  ! {' '.join(cmd[:4])}... exit {proc.returncode}: {err[-500:]}", file=sys.stderr)
+    return wall, usage.ru_maxrss / 1024, proc.returncode
+
+
+def _server_out(dv: Dovecot, mark: int) -> tuple[int, int]:
+    """(bytes the server sent, bodies it sent) in the IMAP sessions since ``mark``."""
+    sessions = dv.sessions_since(mark, 1, user=USER, protocol="imap", timeout=10)
+    return sum(s["out"] for s in sessions), sum(s.body_count for s in sessions)
+
+
+class Peer:
+    name = ""
+
+    def __init__(self, dv: Dovecot, work: Path, folders: list[str]) -> None:
+        self.dv = dv
+        self.work = work
+        self.folders = folders
+
+    def reset(self) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
+        self.work.mkdir(parents=True)
+
+    def sync(self) -> tuple[float, float, int]:
+        raise NotImplementedError
+
+
+class Mailledger(Peer):
+    name = "mailledger"
+
+    def sync(self) -> tuple[float, float, int]:
+        cfg = self.work / "config.toml"
+        if not cfg.exists():
+            cfg.write_text(self.dv.account_toml(USER, folders=self.folders))
+        env = {**os.environ, **self.dv.password_env()}
+        cmd = [sys.executable, "-m", "pipeline", "--store", str(self.work / "store"), "sync",
+               "--apply", "--config", str(cfg)]  # fmt: skip
+        return _run(cmd, env)
+
+
+class Mbsync(Peer):
+    name = "mbsync"
+
+    def sync(self) -> tuple[float, float, int]:
+        rc = self.work / "mbsyncrc"
+        if not rc.exists():
+            password = self.dv.password_env()[f"MAILLEDGER_TEST_{USER.upper()}_PASSWORD"]
+            (self.work / "mail").mkdir(exist_ok=True)
+            rc.write_text(
+                f"IMAPAccount bench\nHost localhost\nPort {self.dv.imap_port}\nUser {USER}\n"
+                f"Pass {password}\nSSLType None\nAuthMechs LOGIN\n\n"
+                "IMAPStore bench-remote\nAccount bench\n\n"
+                f"MaildirStore bench-local\nPath {self.work}/mail/\nInbox {self.work}/mail/INBOX\n"
+                "SubFolders Verbatim\n\n"
+                "Channel bench\nFar :bench-remote:\nNear :bench-local:\n"
+                f"Patterns {' '.join(self.folders)}\nCreate Near\nSync Pull\nSyncState *\n"
+            )
+        return _run(["mbsync", "-c", str(rc), "-a", "-q"])
+
+
+def _measure(dv: Dovecot, peer: Peer) -> dict[str, float]:
+    mark = dv.log_mark()
+    wall, rss, code = peer.sync()
+    out, bodies = _server_out(dv, mark)
+    return {"wall_s": wall, "rss_mib": rss, "server_bytes": out, "bodies": bodies, "exit": code}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--messages", type=int, default=10_000)
+    ap.add_argument("--runs", type=int, default=3, help="initial syncs per peer (median)")
+    ns = ap.parse_args(argv)
+    if shutil.which("mbsync") is None:
+        sys.exit("bench: mbsync is not installed (apt-get install -y isync)")
+
+    dv = Dovecot(rawlog=False)
+    dv.start()
+    work = Path(tempfile.mkdtemp(prefix="mailledger-syncbench-"))
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        dv.reset_user(USER)
+        t0 = time.perf_counter()
+        msgs = [raw for _, raw in generate_messages(ns.messages, seed=7)]
+        mailbox = sum(len(m) for m in msgs)
+        dv.bulk_maildir(USER, "INBOX", msgs)
+        dv.status(USER, "INBOX")  # let Dovecot index the folder before anyone is timed
+        print(f"seeded {len(msgs)} messages, {mailbox / 1e6:.1f} MB, "
+              f"in {time.perf_counter() - t0:.1f}s")  # fmt: skip
+        peers = [Mailledger(dv, work / "ml", ["INBOX", "Moved"]),
+                 Mbsync(dv, work / "mb", ["INBOX", "Moved"])]  # fmt: skip
+        with dv.imap(USER) as c:
+            c.create_folder("Moved")
+
+        for peer in peers:
+            r: dict[str, Any] = {}
+            runs = []
+            for _ in range(ns.runs):
+                peer.reset()
+                runs.append(_measure(dv, peer))
+            r["initial"] = {k: statistics.median(x[k] for x in runs) for k in runs[0]}
+            r["idle"] = _measure(dv, peer)
+            results[peer.name] = r
+
+        # UIDVALIDITY change (UIDs kept, number changed), then every message moved.
+        uv = dv.status(USER, "INBOX")["uidvalidity"]
+        dv.set_uidvalidity(USER, "INBOX", uv + 1000)
+        for peer in peers:
+            results[peer.name]["uidvalidity_rescan"] = _measure(dv, peer)
+        with dv.imap(USER) as c:
+            c.select_folder("INBOX")
+            c.move("1:*", "Moved")
+        for peer in peers:
+            results[peer.name]["moved_all"] = _measure(dv, peer)
+    finally:
+        dv.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    ml, mb = results["mailledger"], results["mbsync"]
+    print(f"\nmailbox: {ns.messages} messages, {mailbox / 1e6:.1f} MB; "
+          f"initial syncs: median of {ns.runs} (durable: mailledger fsyncs every commit)\n")  # fmt: skip
+    print(f"{'case':22} {'peer':11} {'wall s':>8} {'RSS MiB':>8} {'server bytes':>14} {'bodies':>7}")
+    for case in ("initial", "idle", "uidvalidity_rescan", "moved_all"):
+        for name, r in results.items():
+            x = r[case]
+            print(f"{case:22} {name:11} {x['wall_s']:8.2f} {x['rss_mib']:8.0f} "
+                  f"{x['server_bytes']:14,.0f} {x['bodies']:7.0f}  exit={x['exit']:.0f}")  # fmt: skip
+    print()
+    checks = [
+        ("initial wall ratio (<= 0.5)", ml["initial"]["wall_s"] / mb["initial"]["wall_s"], 0.5),
+        ("initial peak RSS MiB (<= 200)", ml["initial"]["rss_mib"], 200.0),
+        ("idle bytes ratio (<= 0.01)",
+         ml["idle"]["server_bytes"] / max(1, mb["idle"]["server_bytes"]), 0.01),
+        ("idle wall s incl. start-up (<= 0.6)", ml["idle"]["wall_s"], 0.6),
+        ("uidvalidity rescan bytes / mailbox (<= 0.05)",
+         ml["uidvalidity_rescan"]["server_bytes"] / mailbox, 0.05),
+        ("moved-all rescan bytes / mailbox (<= 0.05)",
+         ml["moved_all"]["server_bytes"] / mailbox, 0.05),
+    ]  # fmt: skip
+    for label, value, target in checks:
+        print(f"{label:46} {value:10.4f}  {'ok' if value <= target else 'MISSED'}")
+    print("mbsync for comparison: uidvalidity rescan bytes / mailbox "
+          f"{mb['uidvalidity_rescan']['server_bytes'] / mailbox:.3f}, moved-all "
+          f"{mb['moved_all']['server_bytes'] / mailbox:.3f}")  # fmt: skip
+    print(json.dumps(results), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
