@@ -42,6 +42,20 @@ def worker_pool(workers: int) -> Iterator[Executor | None]:
         yield pool
 
 
+@contextlib.contextmanager
+def _bulk(store: MessageStore) -> Iterator[None]:
+    """An import folds its batches into the projections in large steps (a fold
+    costs scans of the existing tables, so fewer, larger folds are faster; each
+    step costs memory in proportion: 25,000 events stay well under 1 GiB)."""
+    saved = store.fold_every
+    store.fold_every = 25_000
+    try:
+        with store.session():
+            yield
+    finally:
+        store.fold_every = saved
+
+
 def _is_mail_name(name: str) -> bool:
     return not name.startswith(_NOT_MAIL_PREFIXES) and not name.endswith((".lock", ".tmp"))
 
@@ -84,7 +98,7 @@ def import_maildir(
     root = Path(root).resolve()
     if not root.is_dir():
         raise UsageError(f"{root}: not a directory")
-    with worker_pool(workers) as pool, store.session():
+    with worker_pool(workers) as pool, _bulk(store):
         ingest = Ingest(store, f"import:maildir:{root}", batch_size=batch_size, pool=pool)
         for n, (folder, unique, path) in enumerate(iter_maildir(root), 1):
             try:
@@ -151,7 +165,7 @@ def import_mbox(
     path = Path(path).resolve()
     if not path.is_file():
         raise UsageError(f"{path}: not a file")
-    with worker_pool(workers) as pool, store.session():
+    with worker_pool(workers) as pool, _bulk(store):
         ingest = Ingest(store, f"import:mbox:{path}", batch_size=batch_size, pool=pool)
         for n, raw in iter_mbox(path):
             ingest.offer(Incoming(raw=raw, folder=path.name, uid=n))

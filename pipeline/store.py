@@ -97,6 +97,9 @@ class MessageStore:
         self._con_rw = False
         self._depth = 0
         self._held = 0
+        # committed batches not yet folded (kept so a fold need not re-read the log)
+        self._unapplied: list[pa.Table] = []
+        self.fold_every = 4000  # events: a deferred fold runs at least this often
 
     # -- lifecycle ------------------------------------------------------------
     @classmethod
@@ -192,6 +195,11 @@ class MessageStore:
             raise LogIntegrityError(
                 f"{self.db_path}: projections are at seq {seq} but the log ends at {last}"
             )
+        pending, self._unapplied = self._unapplied, []
+        if seq < last and pending and pending[0].column("seq")[0].as_py() <= seq + 1:
+            # the batches this store committed itself, still in memory: no re-read,
+            # and one fold for all of them (a fold's cost is mostly per call)
+            seq = apply(con, pa.concat_tables(pending))
         if seq < last:
             for chunk in self._log_chunks(after=seq):
                 apply(con, chunk)
@@ -225,7 +233,8 @@ class MessageStore:
         folds many batches at once); readers catch up by themselves meanwhile.
         """
         table = self.log.append(events, before_commit=self.blobs.flush)
-        if apply:
+        self._unapplied.append(table)
+        if apply or sum(t.num_rows for t in self._unapplied) >= self.fold_every:
             self.catch_up()
         return table
 

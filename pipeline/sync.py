@@ -492,10 +492,15 @@ def sync_accounts(
     only: set[str] | None = None,
     source_factory: Callable[[Account, str], ImapSource] = ImapSource,
 ) -> RunReport:
-    """Sync every configured IMAP account (failures isolated per account)."""
+    """Sync every configured IMAP and POP3 account (failures isolated per account)."""
     report = RunReport(run_id=store.run_id if store else "measure", applied=opts.apply)
     for name, account in config.accounts.items():
         if only and name not in only:
+            continue
+        if account.type == "pop3":
+            from pipeline.pop3 import sync_pop3_account
+
+            report.accounts[name] = sync_pop3_account(store, account, env, opts, emit=emit)
             continue
         if account.type != "imap":
             continue

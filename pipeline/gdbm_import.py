@@ -1,0 +1,191 @@
+"""The legacy GDBM UIDL store (``~/.email3.mail.gdbm``) into the log (seed:
+``migrate_from_uidl_store``).
+
+The old program kept one GDBM file keyed by POP3 UIDL; each value is a raw
+message that it had decoded as latin-1 into a Python ``str``, which ``dbm``
+writes as UTF-8. So the original bytes come back by decoding the stored bytes
+as UTF-8 and encoding the text as latin-1. When that is impossible (the value
+is not UTF-8, or holds a character beyond U+00FF, which the latin-1 decoding
+cannot have produced) the stored bytes are taken as they are. A leading byte
+order mark (U+FEFF, or its UTF-8 bytes) is stripped, as the old ``_norm()`` did.
+
+Each message becomes a ``message-seen`` event with source
+``import:gdbm:/abs/path``, folder = the file's name and the UIDL as location. A
+message without a usable Message-ID gets ``<synthetic-uidl-UIDL@local>``
+(stored as ``synthetic-uidl-UIDL@local``). A Message-ID already in the store
+keeps its first record (counted as a duplicate, or ``other_source`` when it
+came from another source); its UIDL is recorded all the same, so
+:meth:`MessageStore.known_uidls` finds it and the POP3 sync does not download
+it again. Importing the same file again adds nothing.
+
+Reading the file: ``dbm.gnu`` when this Python has it (``_gdbm``), otherwise
+the ``gdbm_dump`` program (Debian package ``gdbmtool``), whose ASCII dump is
+read as a stream. With neither, the import stops with exit 2 and says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import itertools
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from pipeline.importers import worker_pool
+from pipeline.ingest import Incoming, Ingest, RunCounts
+from pipeline.parse import parse_message
+from pipeline.store import MessageStore
+from stores.errors import SourceError, UsageError
+
+__all__ = [
+    "import_gdbm",
+    "iter_gdbm",
+    "legacy_bytes",
+    "synthetic_uidl_id",
+]
+
+Progress = Callable[[int], None]
+
+_BOM = b"\xef\xbb\xbf"
+REMEDY = (
+    "this Python has no dbm.gnu (_gdbm) and the gdbm_dump program is not installed:"
+    " apt-get install gdbmtool (Debian/Ubuntu; or use a Python built with _gdbm,"
+    " e.g. apt-get install python3-gdbm for the system python3)"
+)
+
+
+def legacy_bytes(stored: bytes) -> bytes:
+    """The original message bytes of one legacy value (see the module docstring)."""
+    try:
+        text = stored.decode("utf-8")
+    except UnicodeDecodeError:
+        raw = stored  # not what a Python str becomes: keep the bytes as they are
+    else:
+        text = text.removeprefix("\ufeff")
+        try:
+            raw = text.encode("latin-1")
+        except UnicodeEncodeError:
+            raw = text.encode("utf-8")  # = the stored bytes (without a BOM)
+    while raw.startswith(_BOM):
+        raw = raw[len(_BOM) :]
+    return raw
+
+
+def synthetic_uidl_id(uidl: str) -> str:
+    """The Message-ID the seed gives a legacy message without one (no angle brackets)."""
+    return f"synthetic-uidl-{uidl}@local"
+
+
+def _key_text(key: bytes) -> str:
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError:
+        return key.decode("latin-1")
+
+
+def iter_gdbm(path: Path) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) of every record of a GDBM file, streamed, in the file's order."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"{path}: not a file")
+    try:
+        import dbm.gnu as gnu
+    except ImportError:
+        yield from _iter_dump(path)
+        return
+    try:
+        db = gnu.open(str(path), "r")  # noqa: SIM115 (closed in the finally below)
+    except gnu.error as exc:
+        raise UsageError(f"{path}: not a readable GDBM file: {exc}") from None
+    try:
+        key = db.firstkey()
+        while key is not None:
+            yield key, db[key]
+            key = db.nextkey(key)
+    finally:
+        db.close()
+
+
+def _iter_dump(path: Path) -> Iterator[tuple[bytes, bytes]]:
+    """Records through ``gdbm_dump``'s ASCII format: ``#:len=N`` then base64 lines."""
+    tool = shutil.which("gdbm_dump")
+    if tool is None:
+        raise UsageError(f"cannot read {path}: {REMEDY}")
+    proc = subprocess.Popen(
+        [tool, "--format=ascii", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    data: list[bytes] = []  # key, then value
+    want: int | None = None
+    chunks: list[bytes] = []
+    finished = False
+
+    def datum() -> bytes:
+        try:
+            value = base64.b64decode(b"".join(chunks), validate=True)
+        except binascii.Error as exc:
+            raise SourceError(f"{path}: gdbm_dump output unreadable: {exc}") from None
+        if len(value) != want:
+            raise SourceError(f"{path}: gdbm_dump said {want} bytes, the data holds {len(value)}")
+        return value
+
+    try:
+        for line in proc.stdout:
+            line = line.rstrip(b"\r\n")
+            if line.startswith(b"#"):
+                if want is not None:
+                    data.append(datum())
+                    want, chunks = None, []
+                    if len(data) == 2:
+                        yield data[0], data[1]
+                        data = []
+                if line.startswith(b"#:len="):
+                    want = int(line[6:])
+                elif line == b"# End of data":
+                    finished = True
+                continue
+            if want is not None:
+                chunks.append(line.strip())
+    finally:
+        proc.stdout.close()
+        err = proc.stderr.read().decode("utf-8", "replace").strip()
+        proc.stderr.close()
+        code = proc.wait()
+    if code != 0:
+        why = err.removeprefix("gdbm_dump: ") or f"exit status {code}"
+        raise UsageError(f"{path}: not a readable GDBM file: {why}")
+    if not finished or data:
+        raise SourceError(f"{path}: gdbm_dump output ended early")
+
+
+def import_gdbm(
+    store: MessageStore,
+    path: Path,
+    *,
+    batch_size: int = 1000,
+    progress: Progress | None = None,
+    workers: int = 0,
+) -> RunCounts:
+    """Import every message of a legacy GDBM UIDL store; returns the run counts.
+
+    ``workers`` processes parse and compress in parallel (0: all in this one).
+    """
+    path = Path(path).resolve()
+    records = iter_gdbm(path)
+    first = next(records, None)  # a file that cannot be read fails before any pool starts
+    with worker_pool(workers if first is not None else 0) as pool:
+        ingest = Ingest(store, f"import:gdbm:{path}", batch_size=batch_size, pool=pool)
+        rest = records if first is None else itertools.chain([first], records)
+        for n, (key, value) in enumerate(rest, 1):
+            uidl = _key_text(key)
+            raw = legacy_bytes(value)
+            message_id = synthetic_uidl_id(uidl) if parse_message(raw).synthetic_id else None
+            ingest.offer(Incoming(raw=raw, folder=path.name, uidl=uidl, message_id=message_id))
+            if progress is not None:
+                progress(n)
+        ingest.flush()
+    return ingest.counts
