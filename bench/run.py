@@ -141,32 +141,44 @@ def main(argv: list[str] | None = None) -> int:
     figures["peak_rss_mib"] = peak_rss_kib / 1024
 
     print()
-    print(f"corpus: {n} messages, {md_apparent / 1e6:.1f} MB apparent, "
-          f"{md_alloc / 1e6:.1f} MB on disk; store: {stats['messages']} messages, "
-          f"{stats['threads']} threads, {ghosts} ghosts, {stats['events']} events")  # fmt: skip
-    print(f"import: {took:.1f}s wall (counts balanced: {counts['balanced']}, "
-          f"malformed={counts['malformed']}); baseline read+sha256 of every file: "
-          f"{baseline_s:.2f}s = {n / baseline_s:,.0f} msg/s; import/baseline time ratio "
-          f"{took / baseline_s:.1f}x")  # fmt: skip
-    print(f"replay: {replay['events']} events in {replay['seconds']:.2f}s "
-          f"({took_replay:.2f}s with interpreter start)")  # fmt: skip
-    print(f"find subject p50/p99 {find_subject[0]:.2f}/{find_subject[1]:.2f} ms, "
-          f"find from p50/p99 {find_from[0]:.2f}/{find_from[1]:.2f} ms, "
-          f"walk_thread p50/p99 {walk[0]:.2f}/{walk[1]:.2f} ms, "
-          f"raw get p50/p99 {raw[0]:.3f}/{raw[1]:.3f} ms")  # fmt: skip
-    print(f"store: {st_apparent / 1e6:.1f} MB apparent ({st_alloc / 1e6:.1f} MB on disk) = "
-          f"{st_apparent / md_apparent:.2f}x of the Maildir apparent size, "
-          f"{st_alloc / md_alloc:.2f}x on disk; blobs {stats['blob_bytes'] / 1e6:.1f} MB, "
-          f"log {stats['log_bytes'] / 1e6:.1f} MB, projections "
-          f"{stats['projection_bytes'] / 1e6:.1f} MB")  # fmt: skip
+    print(
+        f"corpus: {n} messages, {md_apparent / 1e6:.1f} MB apparent, "
+        f"{md_alloc / 1e6:.1f} MB on disk; store: {stats['messages']} messages, "
+        f"{stats['threads']} threads, {ghosts} ghosts, {stats['events']} events"
+    )
+    print(
+        f"import: {took:.1f}s wall (counts balanced: {counts['balanced']}, "
+        f"malformed={counts['malformed']}); baseline read+sha256 of every file: "
+        f"{baseline_s:.2f}s = {n / baseline_s:,.0f} msg/s; import/baseline time ratio "
+        f"{took / baseline_s:.1f}x"
+    )
+    print(
+        f"replay: {replay['events']} events in {replay['seconds']:.2f}s "
+        f"({took_replay:.2f}s with interpreter start)"
+    )
+    print(
+        f"find subject p50/p99 {find_subject[0]:.2f}/{find_subject[1]:.2f} ms, "
+        f"find from p50/p99 {find_from[0]:.2f}/{find_from[1]:.2f} ms, "
+        f"walk_thread p50/p99 {walk[0]:.2f}/{walk[1]:.2f} ms, "
+        f"raw get p50/p99 {raw[0]:.3f}/{raw[1]:.3f} ms"
+    )
+    print(
+        f"store: {st_apparent / 1e6:.1f} MB apparent ({st_alloc / 1e6:.1f} MB on disk) = "
+        f"{st_apparent / md_apparent:.2f}x of the Maildir apparent size, "
+        f"{st_alloc / md_alloc:.2f}x on disk; blobs {stats['blob_bytes'] / 1e6:.1f} MB, "
+        f"log {stats['log_bytes'] / 1e6:.1f} MB, projections "
+        f"{stats['projection_bytes'] / 1e6:.1f} MB"
+    )
     print()
     print(f"{'figure':28} {'measured':>12} {'target':>12}  ratio")
     for key, (op, target) in TARGETS.items():
         value = figures[key]
         ok = value >= target if op == ">=" else value <= target
         ratio = value / target
-        print(f"{key:28} {value:12.3f} {op + ' ' + str(target):>12}  {ratio:5.2f}x "
-              f"{'ok' if ok else 'MISSED'}")  # fmt: skip
+        print(
+            f"{key:28} {value:12.3f} {op + ' ' + str(target):>12}  {ratio:5.2f}x "
+            f"{'ok' if ok else 'MISSED'}"
+        )
     print(json.dumps({"figures": figures}), file=sys.stderr if os.isatty(1) else sys.stdout)
     return 0
 

@@ -76,8 +76,17 @@ class Mailledger(Peer):
         if not cfg.exists():
             cfg.write_text(self.dv.account_toml(USER, folders=self.folders))
         env = {**os.environ, **self.dv.password_env()}
-        cmd = [sys.executable, "-m", "pipeline", "--store", str(self.work / "store"), "sync",
-               "--apply", "--config", str(cfg)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "--store",
+            str(self.work / "store"),
+            "sync",
+            "--apply",
+            "--config",
+            str(cfg),
+        ]
         return _run(cmd, env)
 
 
@@ -127,10 +136,14 @@ def main(argv: list[str] | None = None) -> int:
         mailbox = sum(len(m) for m in msgs)
         dv.bulk_maildir(USER, "INBOX", msgs)
         dv.status(USER, "INBOX")  # let Dovecot index the folder before anyone is timed
-        print(f"seeded {len(msgs)} messages, {mailbox / 1e6:.1f} MB, "
-              f"in {time.perf_counter() - t0:.1f}s")  # fmt: skip
-        peers = [Mailledger(dv, work / "ml", ["INBOX", "Moved"]),
-                 Mbsync(dv, work / "mb", ["INBOX", "Moved"])]  # fmt: skip
+        print(
+            f"seeded {len(msgs)} messages, {mailbox / 1e6:.1f} MB, "
+            f"in {time.perf_counter() - t0:.1f}s"
+        )
+        peers = [
+            Mailledger(dv, work / "ml", ["INBOX", "Moved"]),
+            Mbsync(dv, work / "mb", ["INBOX", "Moved"]),
+        ]
         with dv.imap(USER) as c:
             c.create_folder("Moved")
 
@@ -159,31 +172,48 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     ml, mb = results["mailledger"], results["mbsync"]
-    print(f"\nmailbox: {ns.messages} messages, {mailbox / 1e6:.1f} MB; "
-          f"initial syncs: median of {ns.runs} (durable: mailledger fsyncs every commit)\n")  # fmt: skip
-    print(f"{'case':22} {'peer':11} {'wall s':>8} {'RSS MiB':>8} {'server bytes':>14} {'bodies':>7}")
+    print(
+        f"\nmailbox: {ns.messages} messages, {mailbox / 1e6:.1f} MB; "
+        f"initial syncs: median of {ns.runs} (durable: mailledger fsyncs every commit)\n"
+    )
+    print(
+        f"{'case':22} {'peer':11} {'wall s':>8} {'RSS MiB':>8} {'server bytes':>14} {'bodies':>7}"
+    )
     for case in ("initial", "idle", "uidvalidity_rescan", "moved_all"):
         for name, r in results.items():
             x = r[case]
-            print(f"{case:22} {name:11} {x['wall_s']:8.2f} {x['rss_mib']:8.0f} "
-                  f"{x['server_bytes']:14,.0f} {x['bodies']:7.0f}  exit={x['exit']:.0f}")  # fmt: skip
+            print(
+                f"{case:22} {name:11} {x['wall_s']:8.2f} {x['rss_mib']:8.0f} "
+                f"{x['server_bytes']:14,.0f} {x['bodies']:7.0f}  exit={x['exit']:.0f}"
+            )
     print()
     checks = [
         ("initial wall ratio (<= 0.5)", ml["initial"]["wall_s"] / mb["initial"]["wall_s"], 0.5),
         ("initial peak RSS MiB (<= 200)", ml["initial"]["rss_mib"], 200.0),
-        ("idle bytes ratio (<= 0.01)",
-         ml["idle"]["server_bytes"] / max(1, mb["idle"]["server_bytes"]), 0.01),
+        (
+            "idle bytes ratio (<= 0.01)",
+            ml["idle"]["server_bytes"] / max(1, mb["idle"]["server_bytes"]),
+            0.01,
+        ),
         ("idle wall s incl. start-up (<= 0.6)", ml["idle"]["wall_s"], 0.6),
-        ("uidvalidity rescan bytes / mailbox (<= 0.05)",
-         ml["uidvalidity_rescan"]["server_bytes"] / mailbox, 0.05),
-        ("moved-all rescan bytes / mailbox (<= 0.05)",
-         ml["moved_all"]["server_bytes"] / mailbox, 0.05),
-    ]  # fmt: skip
+        (
+            "uidvalidity rescan bytes / mailbox (<= 0.05)",
+            ml["uidvalidity_rescan"]["server_bytes"] / mailbox,
+            0.05,
+        ),
+        (
+            "moved-all rescan bytes / mailbox (<= 0.05)",
+            ml["moved_all"]["server_bytes"] / mailbox,
+            0.05,
+        ),
+    ]
     for label, value, target in checks:
         print(f"{label:46} {value:10.4f}  {'ok' if value <= target else 'MISSED'}")
-    print("mbsync for comparison: uidvalidity rescan bytes / mailbox "
-          f"{mb['uidvalidity_rescan']['server_bytes'] / mailbox:.3f}, moved-all "
-          f"{mb['moved_all']['server_bytes'] / mailbox:.3f}")  # fmt: skip
+    print(
+        "mbsync for comparison: uidvalidity rescan bytes / mailbox "
+        f"{mb['uidvalidity_rescan']['server_bytes'] / mailbox:.3f}, moved-all "
+        f"{mb['moved_all']['server_bytes'] / mailbox:.3f}"
+    )
     print(json.dumps(results), file=sys.stderr)
     return 0
 

@@ -38,8 +38,29 @@ def worker_pool(workers: int) -> Iterator[Executor | None]:
         return
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["pipeline.ingest"])
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_watch_parent, initargs=(os.getpid(),)
+    ) as pool:
         yield pool
+
+
+def _watch_parent(pid: int) -> None:
+    """In a worker: exit when the importing process is gone (killed with -9, say);
+    nothing else would ever tell a worker of a forkserver that its job has died."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(0)
+            except PermissionError:
+                pass
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
 @contextlib.contextmanager

@@ -117,7 +117,10 @@ class MessageStore:
         if not marker.exists():
             if not create:
                 raise NotFoundError(f"{root}: no mailledger store here")
-            if root.exists() and any(p.name != "store.json" for p in root.iterdir()):
+            # (a store.json.tmp alone is a creation that crashed before its rename)
+            if root.exists() and any(
+                p.name not in ("store.json", "store.json.tmp") for p in root.iterdir()
+            ):
                 raise UsageError(f"{root}: exists, is not empty and is not a mailledger store")
             root.mkdir(mode=0o700, parents=True, exist_ok=True)
             tmp = root / "store.json.tmp"
@@ -218,11 +221,17 @@ class MessageStore:
             yield self._read_range(group)
 
     def _read_range(self, group: Sequence[Any]) -> pa.Table:
+        """The events of files ``group`` (a compaction may have merged them since
+        they were listed: then read the same seq range from a fresh listing)."""
         import pyarrow.parquet as pq
 
-        return pa.concat_tables(
-            [pq.read_table(f.path, schema=SCHEMA) for f in group]
-        ).replace_schema_metadata(None)
+        try:
+            return pa.concat_tables(
+                [pq.read_table(f.path, schema=SCHEMA) for f in group]
+            ).replace_schema_metadata(None)
+        except FileNotFoundError:
+            first, last = group[0].first, group[-1].last
+            return self.log.read(after=first - 1).slice(0, last - first + 1)
 
     # -- writing --------------------------------------------------------------
     @_uses_db

@@ -22,7 +22,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from projections.normalize import date_key, normalize_subject
+from projections.normalize import normalize_subject
 from projections.tables import PROJECTION_VERSION, create_indexes, create_tables
 from stores.errors import LogIntegrityError
 
@@ -68,17 +68,17 @@ def _set_meta(con: duckdb.DuckDBPyConnection, key: str, value: int) -> None:
 def rebuild(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table]) -> int:
     """Drop every projection and fold the whole log again; returns the last seq."""
     for name, kind in con.execute(
-        "SELECT table_name, table_type FROM information_schema.tables"
-        " WHERE table_schema = 'main'"
+        "SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = 'main'"
     ).fetchall():
-        con.execute(f"DROP {'VIEW' if kind == 'VIEW' else 'TABLE'} IF EXISTS \"{name}\"")
+        con.execute(f'DROP {"VIEW" if kind == "VIEW" else "TABLE"} IF EXISTS "{name}"')
     create_tables(con)
-    _set_meta(con, "projection_version", PROJECTION_VERSION)
     _set_meta(con, "applied_seq", 0)
     last = 0
     for chunk in chunks:
         last = apply(con, chunk)
     create_indexes(con)  # after the bulk load: building an index once is cheaper
+    # last: a rebuild killed before this point is redone at the next open
+    _set_meta(con, "projection_version", PROJECTION_VERSION)
     return last
 
 
@@ -113,6 +113,37 @@ def apply(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> int:
     finally:
         con.unregister("_batch")
     return last
+
+
+def subject_keys(subjects: pa.ChunkedArray | pa.Array) -> Any:
+    """``normalize_subject`` of each value, computed once per distinct subject
+    (replies share their thread's subject)."""
+    subjects = pc.cast(subjects, pa.string())
+    uniq = pc.unique(subjects)
+    keys = pa.array([normalize_subject(v) for v in uniq.to_pylist()], pa.string())
+    return pc.take(keys, pc.index_in(subjects, value_set=uniq, skip_nulls=False))
+
+
+def date_columns(dates: pa.ChunkedArray | pa.Array) -> tuple[Any, Any]:
+    """(``date_key``, ISO 8601 UTC) of each timestamp, vectorized.
+
+    Spells exactly what ``normalize.date_key`` does (UTC day, zero-padded
+    ``YYYY-MM-DD``), so index keys and query keys meet; a test holds the two
+    together.
+    """
+    dates = pc.cast(dates, pa.timestamp("us", tz="UTC"))
+
+    def pad(values: Any, width: int) -> Any:
+        return pc.utf8_lpad(pc.cast(values, pa.string()), width, "0")
+
+    day = pc.binary_join_element_wise(
+        pad(pc.year(dates), 4), pad(pc.month(dates), 2), pad(pc.day(dates), 2), "-"
+    )
+    clock = pc.binary_join_element_wise(
+        pad(pc.hour(dates), 2), pad(pc.minute(dates), 2), pad(pc.second(dates), 2), ":"
+    )
+    iso = pc.binary_join_element_wise(day, pa.scalar("T"), clock, pa.scalar("Z"), "")
+    return day, iso
 
 
 def _ids(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
@@ -155,7 +186,7 @@ SELECT DISTINCT header || '{sep}' || value AS key, header, value, message_id FRO
 
 _MESSAGE_COLUMNS = (
     "message_id, seq, source, folder, uidvalidity, uid, uidl, size, sha256, subject,"
-    " date_utc, date_offset_min, from_addr, to_addrs, in_reply_to, \"references\", list_id,"
+    ' date_utc, date_offset_min, from_addr, to_addrs, in_reply_to, "references", list_id,'
     " synthetic_id, defects"
 )
 
@@ -188,21 +219,15 @@ def _fold_messages(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> None:
     # The derived columns the normalization rules define, for the winning rows only.
     small = batch.select(["seq", "subject", "date_utc"])
     small = small.filter(pc.is_in(small.column("seq"), value_set=pa.array(wins, pa.int64())))
-    dates = small.column("date_utc").to_pylist()
+    day, iso = date_columns(small.column("date_utc"))
     con.register(
         "_derived",
         pa.table(
             {
                 "seq": small.column("seq"),
-                "subject_key": pa.array(
-                    [normalize_subject(s) for s in small.column("subject").to_pylist()],
-                    pa.string(),
-                ),
-                "date_key": pa.array([date_key(d) for d in dates], pa.string()),
-                "date_iso": pa.array(
-                    [d.strftime("%Y-%m-%dT%H:%M:%SZ") if d is not None else None for d in dates],
-                    pa.string(),
-                ),
+                "subject_key": subject_keys(small.column("subject")),
+                "date_key": day,
+                "date_iso": iso,
             }
         ),
     )
@@ -213,8 +238,7 @@ def _fold_messages(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> None:
     )
     con.unregister("_derived")
     con.execute(
-        "INSERT INTO messages BY NAME SELECT n.*, b.headers"
-        " FROM _new n JOIN _batch b USING (seq)"
+        "INSERT INTO messages BY NAME SELECT n.*, b.headers FROM _new n JOIN _batch b USING (seq)"
     )
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _new_entries AS " + _ENTRIES.format(sep=KEY_SEP, src="_new")

@@ -31,8 +31,11 @@ def ml(store: Path, env: dict[str, str], *args: str) -> int:
 
 def main() -> int:
     if find_dovecot() is None:
-        print("demo: dovecot is not installed; skipping the IMAP part "
-              "(apt-get install -y dovecot-imapd dovecot-pop3d openssl)", file=sys.stderr)
+        print(
+            "demo: dovecot is not installed; skipping the IMAP part "
+            "(apt-get install -y dovecot-imapd dovecot-pop3d openssl)",
+            file=sys.stderr,
+        )
         return 0
     store = Path(sys.argv[1]).resolve()
     dv = Dovecot(rawlog=False)
@@ -53,19 +56,27 @@ def main() -> int:
             + dv.account_toml("fastmail", folders=["INBOX", "\\Archive", "\\Sent"])
         )
         env = {**os.environ, **dv.password_env()}
-        ml(store, env, "sync", "--config", str(config))                 # dry run: plan only
-        ml(store, env, "sync", "--config", str(config), "--apply")      # the real thing
-        dv.save("fastmail", "INBOX", (
-            "From: Grace Hopper <grace@example.org>\r\nTo: team@example.org\r\n"
-            "Subject: Re: Live Wire: release plan\r\nDate: Fri, 28 Jun 2024 12:00:00 +0000\r\n"
-            "Message-ID: <plan-6@example.org>\r\nIn-Reply-To: <plan-4@example.pl>\r\n"
-            "References: <plan-1@example.org> <plan-4@example.pl>\r\n\r\nShipped.\r\n"
-        ).encode())
-        ml(store, env, "sync", "--config", str(config), "--apply")      # one new body
-        ml(store, env, "sync", "--config", str(config), "--apply")      # idle: new=0
+        ml(store, env, "sync", "--config", str(config))  # dry run: plan only
+        ml(store, env, "sync", "--config", str(config), "--apply")  # the real thing
+        dv.save(
+            "fastmail",
+            "INBOX",
+            (
+                b"From: Grace Hopper <grace@example.org>\r\nTo: team@example.org\r\n"
+                b"Subject: Re: Live Wire: release plan\r\nDate: Fri, 28 Jun 2024 12:00:00 +0000\r\n"
+                b"Message-ID: <plan-6@example.org>\r\nIn-Reply-To: <plan-4@example.pl>\r\n"
+                b"References: <plan-1@example.org> <plan-4@example.pl>\r\n\r\nShipped.\r\n"
+            ),
+        )
+        ml(store, env, "sync", "--config", str(config), "--apply")  # one new body
+        ml(store, env, "sync", "--config", str(config), "--apply")  # idle: new=0
         ml(store, env, "thread", "<plan-1@example.org>")
-        ml(store, env, "query", "select source, folder, count(*) as locations "
-           "from locations group by all order by all")
+        ml(
+            store,
+            env,
+            "query",
+            "select source, folder, count(*) as locations from locations group by all order by all",
+        )
         ml(store, env, "cursor", "log", "fastmail", "INBOX")
         ml(store, env, "verify")
     finally:

@@ -32,7 +32,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stores.errors import LockTimeout, LogIntegrityError
-from stores.events import SCHEMA, SCHEMA_VERSION, Event, events_from_table, events_to_table
+from stores.events import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    Event,
+    batch_of,
+    events_from_table,
+    events_to_table,
+)
 
 __all__ = ["EventLog", "LogFile", "table_digest"]
 
@@ -47,7 +54,9 @@ def table_digest(table: pa.Table) -> str:
     """A sha256 over the rows of ``table`` in a canonical, engine-independent form."""
     h = hashlib.sha256()
     for name in SCHEMA.names:
-        values = table.column(name).to_pylist() if name in table.column_names else None
+        if name not in table.column_names:
+            continue  # a column added after the file was written: not part of its digest
+        values = table.column(name).to_pylist()
         h.update(name.encode())
         h.update(json.dumps(values, default=str, ensure_ascii=False).encode())
     return h.hexdigest()
@@ -153,10 +162,12 @@ class EventLog:
         ``before_commit`` (a callable) runs under the lock just before the file
         becomes visible; the store uses it to make the batch's blobs durable.
         """
+        events = batch_of(events)  # an event read back from the log is never appended again
         if not events:
             return SCHEMA.empty_table()
         with self.lock():
             self._remove_leftovers()
+            self._remove_covered()  # a crashed compaction's leftovers double-count in a glob
             first = self.last_seq() + 1
             table = events_to_table(events, first_seq=first)
             if before_commit is not None:
@@ -173,7 +184,9 @@ class EventLog:
         }
         table = table.replace_schema_metadata({**(SCHEMA.metadata or {}), **meta})
         final = self.root / _file_name(first, last)
-        tmp = self.root / f".tmp-{first}-{last}-{os.getpid()}.parquet"
+        # No ".parquet" suffix: a crashed writer's file must not match the
+        # documented glob `read_parquet('log/*.parquet')` (DuckDB matches dotfiles).
+        tmp = self.root / f".tmp-{first}-{last}-{os.getpid()}"
         with open(tmp, "wb", opener=lambda p, fl: os.open(p, fl, 0o600)) as fh:
             pq.write_table(table, fh, compression="zstd", row_group_size=max(1, table.num_rows))
             fh.flush()
@@ -193,14 +206,19 @@ class EventLog:
     # -- reading ------------------------------------------------------------
     def read(self, after: int = 0, columns: Sequence[str] | None = None) -> pa.Table:
         """Events with seq > ``after``, in seq order, as a table of the log schema."""
-        for attempt in range(5):
+        # A compaction may remove a file we listed (group after group), and a
+        # listing taken while it renames may show a gap: list again for as long
+        # as the listing keeps changing. A failure on an unchanged listing is damage.
+        failed_on: list[LogFile] | None = None
+        while True:
             try:
                 return self._read(after, columns)
-            except FileNotFoundError:
-                if attempt == 4:
+            except (FileNotFoundError, LogIntegrityError):
+                listing = self._all_files()
+                if listing == failed_on:
                     raise
-                time.sleep(0.01)  # a compaction removed a file we had listed: list again
-        raise AssertionError("unreachable")
+                failed_on = listing
+                time.sleep(0.005)
 
     def _read(self, after: int, columns: Sequence[str] | None) -> pa.Table:
         files = [f for f in self.files() if f.last > after]
@@ -208,6 +226,11 @@ class EventLog:
         if not files:
             return schema.empty_table()
         cols = list(columns) if columns is not None else None
+        drop_seq = cols is not None and "seq" not in cols and files[0].first <= after
+        if drop_seq:
+            assert cols is not None
+            cols = ["seq", *cols]  # needed to filter the first file; dropped below
+            schema = pa.schema([SCHEMA.field(c) for c in cols])
         parts = []
         for f in files:
             try:
@@ -222,6 +245,8 @@ class EventLog:
             import pyarrow.compute as pc
 
             table = table.filter(pc.greater(table.column("seq"), after))
+        if drop_seq:
+            table = table.drop_columns(["seq"])
         return table
 
     def read_events(self, after: int = 0) -> list[Event]:
@@ -286,7 +311,7 @@ class EventLog:
                 if len(group) < 2:
                     continue
                 table = pa.concat_tables(
-                    [pq.read_table(f.path, schema=SCHEMA) for f in group]
+                    [self._read_checked(f) for f in group]
                 ).replace_schema_metadata(None)
                 self._write(table, group[0].first, group[-1].last)
                 for f in group:
@@ -295,6 +320,24 @@ class EventLog:
                     _fsync_dir(self.root)
             self._remove_covered()
             return before, len(self.files())
+
+    def _read_checked(self, f: LogFile) -> pa.Table:
+        """File ``f``'s rows, refused when they no longer match its digest or name.
+
+        Compaction writes a fresh digest; merging an altered file would hide the
+        alteration from ``verify`` for good.
+        """
+        own = pq.read_table(f.path)  # the file's own columns, as its digest saw them
+        digest = (own.schema.metadata or {}).get(_DIGEST_KEY)
+        if (
+            digest is None
+            or table_digest(own) != digest.decode()
+            or own.column("seq").to_pylist() != list(range(f.first, f.last + 1))
+        ):
+            raise LogIntegrityError(
+                f"{f.path}: rows do not match their digest or name; not compacting (run verify)"
+            )
+        return pq.read_table(f.path, schema=SCHEMA)
 
     def _remove_covered(self) -> None:
         """Remove files wholly covered by a wider one (a compaction that crashed midway)."""

@@ -659,3 +659,39 @@ def test_cursor_log_lists_every_move_of_one_folder_in_seq_order(tmp_path: Path) 
     assert [e["seq"] for e in store.cursor_log("imap-a", "Archive")] == [2]
     assert store.cursor_log("imap-a", "Nowhere") == []
     store.close()
+
+
+@given(
+    st.lists(
+        st.none()
+        | st.datetimes(
+            min_value=datetime(1, 1, 1),
+            max_value=datetime(9999, 12, 31, 23, 59, 59),
+            timezones=st.just(UTC),
+        ),
+        max_size=30,
+    )
+)
+def test_vectorized_date_keys_match_the_query_side_rule(dates: list[datetime | None]) -> None:
+    from projections.fold import date_columns
+    from projections.normalize import date_key
+
+    day, iso = date_columns(pa.array(dates, pa.timestamp("us", tz="UTC")))
+    assert day.to_pylist() == [date_key(d) for d in dates]
+    assert iso.to_pylist() == [
+        f"{d.year:04d}-{d.month:02d}-{d.day:02d}T{d.hour:02d}:{d.minute:02d}:{d.second:02d}Z"
+        if d
+        else None
+        for d in dates
+    ]
+
+
+@given(st.lists(st.none() | st.text(max_size=40), max_size=30))
+def test_subject_keys_cached_per_distinct_value_match_normalize_subject(
+    subjects: list[str | None],
+) -> None:
+    from projections.fold import subject_keys
+    from projections.normalize import normalize_subject
+
+    got = subject_keys(pa.array(subjects, pa.string()))
+    assert got.to_pylist() == [normalize_subject(s) for s in subjects]

@@ -1,0 +1,238 @@
+"""The blob store: raw messages, content-addressed by sha256, compressed, checked on read."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from stores.blobs import BlobStore, sha256_hex
+from stores.errors import BlobIntegrityError, NotFoundError
+
+TEXT = (
+    b"From: Ann <ann@example.org>\nTo: bob@example.org\nSubject: Re: budget\n\n"
+    + b"Hi Bob,\n\nthe numbers for next quarter look fine to me; see you Monday.\n" * 200
+)
+
+
+@pytest.fixture
+def blobs(tmp_path: Path) -> BlobStore:
+    store = BlobStore(tmp_path / "blobs")
+    store.create()
+    return store
+
+
+def _stored_files(store: BlobStore) -> list[Path]:
+    """Every blob file under a final name (temporary files excluded)."""
+    return sorted(p for p in store.root.glob("??/*") if p.is_file())
+
+
+def test_put_then_get_returns_the_same_bytes(blobs: BlobStore) -> None:
+    sha, written = blobs.put(TEXT)
+    assert written
+    assert sha == hashlib.sha256(TEXT).hexdigest() == sha256_hex(TEXT)
+    assert blobs.has(sha)
+    assert blobs.get(sha) == TEXT
+    assert blobs.path(sha) == blobs.root / sha[:2] / sha
+    assert list(blobs.shas()) == [sha]
+
+
+def test_same_bytes_have_one_address_and_the_second_put_writes_nothing(
+    blobs: BlobStore,
+) -> None:
+    sha1, first = blobs.put(TEXT)
+    before = blobs.path(sha1).stat()
+    sha2, second = blobs.put(bytes(TEXT))
+    after = blobs.path(sha1).stat()
+    assert (sha1, first, second) == (sha2, True, False)
+    assert (before.st_ino, before.st_mtime_ns) == (after.st_ino, after.st_mtime_ns)
+    assert _stored_files(blobs) == [blobs.path(sha1)]
+    other, _ = blobs.put(TEXT + b"!")
+    assert other != sha1
+    assert len(_stored_files(blobs)) == 2
+
+
+def test_text_is_stored_compressed(blobs: BlobStore) -> None:
+    sha, _ = blobs.put(TEXT)
+    assert blobs.path(sha).stat().st_size < len(TEXT) // 4
+    assert blobs.stored_bytes() == blobs.path(sha).stat().st_size
+
+
+def test_empty_message_round_trips(blobs: BlobStore) -> None:
+    sha, written = blobs.put(b"")
+    assert written
+    assert sha == hashlib.sha256(b"").hexdigest()
+    assert blobs.get(sha) == b""
+
+
+def test_incompressible_bytes_round_trip_stored_raw(blobs: BlobStore) -> None:
+    data = os.urandom(64 * 1024)
+    sha, _ = blobs.put(data)
+    assert blobs.get(sha) == data
+    # stored as is (plus a small header), never bigger because of compression
+    assert blobs.path(sha).stat().st_size <= len(data) + 32
+
+
+@pytest.mark.parametrize("kind", ["text", "random"])
+def test_get_names_a_blob_whose_bytes_were_altered_on_disk(blobs: BlobStore, kind: str) -> None:
+    data = TEXT if kind == "text" else os.urandom(4096)
+    sha, _ = blobs.put(data)
+    path = blobs.path(sha)
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0x01  # one flipped bit in the payload
+    path.write_bytes(bytes(raw))
+    with pytest.raises(BlobIntegrityError, match=str(path)):
+        blobs.get(sha)
+
+
+def test_get_names_a_truncated_blob(blobs: BlobStore) -> None:
+    for data in (TEXT, os.urandom(4096)):
+        sha, _ = blobs.put(data)
+        path = blobs.path(sha)
+        raw = path.read_bytes()
+        for cut in (5, len(raw) // 2, len(raw) - 1):
+            path.write_bytes(raw[:cut])
+            with pytest.raises(BlobIntegrityError, match=str(path)):
+                blobs.get(sha)
+            with pytest.raises(BlobIntegrityError, match=str(path)):
+                blobs.get(sha, check=False)  # damage is found even without the hash check
+
+
+def test_get_names_a_blob_whose_header_claims_an_absurd_size(blobs: BlobStore) -> None:
+    sha, _ = blobs.put(TEXT)
+    path = blobs.path(sha)
+    raw = bytearray(path.read_bytes())
+    raw[5:13] = (2**62).to_bytes(8, "big")  # the header's original-size field
+    path.write_bytes(bytes(raw))
+    with pytest.raises(BlobIntegrityError, match=str(path)):
+        blobs.get(sha)
+
+
+def test_get_names_a_file_that_is_not_a_blob(blobs: BlobStore) -> None:
+    sha = sha256_hex(b"hello")
+    path = blobs.path(sha)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"hello, not a mailledger blob at all")
+    with pytest.raises(BlobIntegrityError, match=str(path)):
+        blobs.get(sha)
+
+
+def test_missing_blob_is_not_found(blobs: BlobStore) -> None:
+    sha = sha256_hex(b"never stored")
+    assert not blobs.has(sha)
+    with pytest.raises(NotFoundError, match=sha):
+        blobs.get(sha)
+
+
+def test_deleted_blob_is_not_found(blobs: BlobStore) -> None:
+    sha, _ = blobs.put(TEXT)
+    assert blobs.delete(sha)
+    assert not blobs.delete(sha)
+    with pytest.raises(NotFoundError):
+        blobs.get(sha)
+    assert list(blobs.shas()) == []
+
+
+def test_blob_files_are_private(tmp_path: Path) -> None:
+    old = os.umask(0)  # the modes must come from the code, not from a umask
+    try:
+        store = BlobStore(tmp_path / "blobs")
+        store.create()
+        store.put(TEXT)
+        store.put(os.urandom(100))
+    finally:
+        os.umask(old)
+    for d in [store.root, store.root / ".tmp", *(p for p in store.root.iterdir() if p.is_dir())]:
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+    for f in _stored_files(store):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+
+
+def test_threads_storing_the_same_message_at_once_all_succeed(blobs: BlobStore) -> None:
+    # Two fetchers of one process may meet the same message. Each must get a
+    # complete blob and no error (a shared temporary name broke this).
+    datas = [os.urandom(200_000) + bytes([i]) for i in range(60)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def worker() -> None:
+        barrier.wait()
+        for d in datas:
+            try:
+                blobs.put(d)
+            except BaseException as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for d in datas:
+        assert blobs.get(sha256_hex(d)) == d
+    assert len(_stored_files(blobs)) == len(datas)
+
+
+_WRITER = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from stores.blobs import BlobStore
+    store = BlobStore(Path(sys.argv[1]))
+    store.create()
+    print("ready", flush=True)
+    i = 0
+    while True:
+        # big, partly compressible blobs: the write takes long enough to be caught midway
+        store.put(os.urandom(1 << 20) + b"x" * (1 << 21) + i.to_bytes(8, "big"))
+        i += 1
+    """
+)
+
+
+def test_a_killed_writer_never_leaves_a_partial_blob_under_a_final_name(tmp_path: Path) -> None:
+    root = tmp_path / "blobs"
+    for delay in (0.05, 0.13, 0.21, 0.34):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(root)], stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    store = BlobStore(root)
+    shas = list(store.shas())
+    assert shas, "the writer never stored a blob before it was killed"
+    for sha in shas:
+        assert len(store.get(sha)) == (1 << 20) + (1 << 21) + 8  # whole and matching its sha
+    # whatever a killed writer left is under .tmp/ only, and clean_tmp removes it
+    for p in root.rglob("*"):
+        if p.is_file() and p.parent != store.root / ".tmp":
+            assert p.name in shas, p
+    store.clean_tmp()
+    assert list((root / ".tmp").iterdir()) == []
+    assert sorted(store.shas()) == sorted(shas)
+
+
+def test_cleaning_removes_dead_writers_temporary_files_only(blobs: BlobStore) -> None:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    dead = blobs.root / ".tmp" / f"{'a' * 64}.{done.stdout.strip()}.0badc0ffee00"
+    mine = blobs.root / ".tmp" / f"{'b' * 64}.{os.getpid()}.0badc0ffee01"
+    junk = blobs.root / ".tmp" / "not-a-writers-file"
+    for p in (dead, mine, junk):
+        p.write_bytes(b"MLB1 half a blob")
+    blobs.clean_tmp()
+    assert sorted(p.name for p in (blobs.root / ".tmp").iterdir()) == [mine.name]
+    assert list(blobs.shas()) == []

@@ -1,0 +1,666 @@
+"""The Parquet event log: round trip, plain Parquet, crash safety, compaction, verify, lock."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stores.errors import LockTimeout, LogIntegrityError
+from stores.events import (
+    SCHEMA,
+    CursorMoved,
+    Event,
+    LocationVanished,
+    MessageDeleted,
+    MessageSeen,
+    UidvalidityChanged,
+)
+from stores.log import EventLog
+
+T0 = datetime(2026, 6, 26, 9, 30, 15, 123456, tzinfo=UTC)
+
+# -- realistic events -------------------------------------------------------------
+
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=24)
+_opt_text = st.none() | _text
+_u32 = st.integers(1, 2**32 - 1)
+_opt_u32 = st.none() | _u32
+_when = st.datetimes(
+    min_value=datetime(1900, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+)
+_texts = st.lists(_text, max_size=4).map(tuple)
+_msgid = st.one_of(
+    st.builds(lambda a, b: f"{a}@{b}", _text, _text), st.just("CAF=x+Y@mail.gmail.com")
+)
+_source = st.sampled_from(["gmail", "work", "import:maildir:/home/ann/Maildir", "pop:ünï"])
+_folder = st.sampled_from(["INBOX", "[Gmail]/Wszystkie", "Archiv/2026", ""]) | _text
+_mode = st.sampled_from(sorted(CursorMoved.MODES))
+_common = {"run_id": _text, "recorded_at": _when}
+
+_message_seen = st.builds(
+    MessageSeen,
+    **_common,
+    source=_source,
+    folder=_folder,
+    message_id=_msgid,
+    sha256=st.binary(min_size=32, max_size=32).map(bytes.hex),
+    size=st.integers(0, 2**40),
+    uidvalidity=_opt_u32,
+    uid=_opt_u32,
+    uidl=_opt_text,
+    internal_date=st.none() | _when,
+    headers=st.lists(st.tuples(_text, _text), max_size=5).map(tuple),
+    date_utc=st.none() | _when,
+    date_offset_min=st.none() | st.integers(-720, 840),
+    from_addr=_opt_text,
+    to_addrs=_texts,
+    in_reply_to=st.none() | _msgid,
+    references=st.lists(_msgid, max_size=4).map(tuple),
+    list_id=_opt_text,
+    subject=_opt_text,
+    synthetic_id=st.booleans(),
+    defects=_texts,
+)
+_message_deleted = st.builds(
+    MessageDeleted, **_common, message_id=_msgid, actor=_text, reason=_text
+)
+_uidvalidity_changed = st.builds(
+    UidvalidityChanged,
+    **_common,
+    source=_source,
+    folder=_folder,
+    old_uidvalidity=_opt_u32,
+    new_uidvalidity=_u32,
+    action=st.sampled_from(["rescan", "alarm+rescan"]) | _text,
+    mode=_mode,
+)
+_cursor_moved = st.builds(
+    CursorMoved,
+    **_common,
+    source=_source,
+    folder=_folder,
+    uidvalidity=_u32,
+    cursor_from=_opt_u32,
+    cursor_to=_u32,
+    mode=_mode,
+    reason=_text,
+    uidnext=_opt_u32,
+)
+_location_vanished = st.builds(
+    LocationVanished,
+    **_common,
+    source=_source,
+    folder=_folder,
+    message_id=_msgid,
+    uidvalidity=_opt_u32,
+    uid=_opt_u32,
+    uidl=_opt_text,
+    reason=_text,
+)
+any_event = st.one_of(
+    _message_seen, _message_deleted, _uidvalidity_changed, _cursor_moved, _location_vanished
+)
+
+
+def deleted(i: int, run: str = "run-1") -> MessageDeleted:
+    """A small event, numbered so a test can tell events apart."""
+    return MessageDeleted(
+        run_id=run,
+        recorded_at=T0 + timedelta(microseconds=i),
+        message_id=f"m{i}@example.org",
+        actor="test",
+        reason=f"event {i}",
+    )
+
+
+def fill(log: EventLog, batches: Sequence[int]) -> list[Event]:
+    """Append batches of the given sizes; returns every event appended, in order."""
+    out: list[Event] = []
+    for size in batches:
+        batch = [deleted(len(out) + i) for i in range(size)]
+        log.append(batch)
+        out.extend(batch)
+    return out
+
+
+def committed(events: Sequence[Event]) -> list[Event]:
+    """``events`` as the log gives them back: seq 1..N assigned in order."""
+    return [dataclasses.replace(ev, seq=i) for i, ev in enumerate(events, 1)]
+
+
+def seqs(log: EventLog, after: int = 0) -> list[int]:
+    return log.read(after, columns=["seq"]).column("seq").to_pylist()
+
+
+def files_on_disk(log: EventLog) -> list[str]:
+    return sorted(p.name for p in log.root.iterdir() if p.name.endswith(".parquet"))
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> EventLog:
+    return EventLog(tmp_path / "log")
+
+
+# -- round trip ---------------------------------------------------------------------
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(batches=st.lists(st.lists(any_event, min_size=1, max_size=6), max_size=5), data=st.data())
+def test_any_events_round_trip_with_contiguous_seq_across_appends(
+    batches: list[list[Event]], data: st.DataObject
+) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        log = EventLog(Path(d) / "log", durable=False)  # fsync does not change what is read
+        sent: list[Event] = []
+        for batch in batches:
+            table = log.append(batch)
+            assert table.column("seq").to_pylist() == list(
+                range(len(sent) + 1, len(sent) + len(batch) + 1)
+            )
+            sent.extend(batch)
+        want = committed(sent)
+        assert log.read_events() == want
+        assert log.last_seq() == len(sent)
+        assert seqs(log) == list(range(1, len(sent) + 1))
+        k = data.draw(st.integers(0, len(sent) + 1), label="after")
+        assert log.read_events(after=k) == want[k:]
+        assert seqs(log, after=k) == list(range(k + 1, len(sent) + 1))
+
+
+def test_events_read_back_from_the_log_are_never_appended_again(log: EventLog) -> None:
+    log.append([deleted(1)])
+    with pytest.raises(ValueError, match="already committed"):
+        log.append(log.read_events())
+    assert log.append([]).num_rows == 0
+    assert log.last_seq() == 1
+
+
+def test_read_after_with_chosen_columns_only(log: EventLog) -> None:
+    fill(log, [3, 3, 3])
+    for k in range(0, 10):
+        t = log.read(after=k, columns=["message_id"])
+        assert t.column_names == ["message_id"]
+        assert t.column("message_id").to_pylist() == [f"m{i}@example.org" for i in range(k, 9)]
+        t = log.read(after=k, columns=["type", "seq"])
+        assert t.column("seq").to_pylist() == list(range(k + 1, 10))
+
+
+def test_an_empty_log_reads_as_no_events(log: EventLog) -> None:
+    assert log.read().num_rows == 0
+    assert log.read().schema.names == SCHEMA.names
+    assert log.read_events() == []
+    assert log.last_seq() == 0
+    assert log.verify() == []
+
+
+# -- plain Parquet --------------------------------------------------------------------
+
+
+def test_every_log_file_is_plain_parquet_for_duckdb_and_pyarrow(log: EventLog) -> None:
+    events = fill(log, [4, 1, 7])
+    glob = str(log.root / "*.parquet")
+    rows = duckdb.sql(
+        f"select count(*), min(seq), max(seq), count(distinct seq) from read_parquet('{glob}')"
+    ).fetchall()
+    assert rows == [(12, 1, 12, 12)]
+    ids = duckdb.sql(f"select message_id from read_parquet('{glob}') order by seq").fetchall()
+    assert [r[0] for r in ids] == [ev.message_id for ev in events]  # type: ignore[attr-defined]
+    got: list[int] = []
+    for name in files_on_disk(log):
+        t = pq.read_table(log.root / name)
+        assert t.schema.field("recorded_at").type == pa.timestamp("us", tz="UTC")
+        got += t.column("seq").to_pylist()
+    assert got == list(range(1, 13))
+    assert pads.dataset(log.root, format="parquet").count_rows() == 12
+    # and the file names tell the seq range each holds
+    assert files_on_disk(log) == [
+        "00000000000000000001-00000000000000000004.parquet",
+        "00000000000000000005-00000000000000000005.parquet",
+        "00000000000000000006-00000000000000000012.parquet",
+    ]
+
+
+# -- crashed writers ------------------------------------------------------------------
+
+_CRASH_IN_WRITE = textwrap.dedent(
+    """
+    import os, sys
+    from datetime import UTC, datetime
+    from pathlib import Path
+    from stores.events import MessageDeleted
+    from stores.log import EventLog
+    os.replace = lambda *a, **k: os._exit(9)  # die after the fsync, before the rename
+    ev = MessageDeleted(run_id="r", recorded_at=datetime.now(UTC), message_id="lost@x", actor="a")
+    EventLog(Path(sys.argv[1])).append([ev, ev])
+    """
+)
+
+
+def test_a_crashed_writers_temporary_file_is_invisible_and_removed_by_the_next_append(
+    log: EventLog,
+) -> None:
+    fill(log, [2])
+    proc = subprocess.run([sys.executable, "-c", _CRASH_IN_WRITE, str(log.root)], check=False)
+    assert proc.returncode == 9
+    leftovers = [p for p in log.root.iterdir() if p.name.startswith(".tmp-")]
+    assert len(leftovers) == 1, "the crashed writer left no temporary file"
+    # a second one, cut off halfway through its write
+    half = log.root / ".tmp-3-4-999999"
+    half.write_bytes(leftovers[0].read_bytes()[:300])
+
+    assert seqs(log) == [1, 2]
+    assert log.last_seq() == 2
+    assert log.verify() == []
+    glob = str(log.root / "*.parquet")  # the glob the docs give for other engines
+    assert duckdb.sql(f"select count(*) from read_parquet('{glob}')").fetchall() == [(2,)]
+    assert pads.dataset(log.root, format="parquet").count_rows() == 2
+
+    log.append([deleted(2)])
+    assert not [p for p in log.root.iterdir() if p.name.startswith(".tmp")]
+    assert seqs(log) == [1, 2, 3]
+    assert [ev.message_id for ev in log.read_events()][-1] == "m2@example.org"  # type: ignore[attr-defined]
+
+
+# -- compaction -----------------------------------------------------------------------
+
+
+def test_compaction_merges_small_files_keeping_every_event_and_seq(log: EventLog) -> None:
+    events = fill(log, [1, 2, 3] * 20)
+    before = log.read()
+    assert log.compact() == (60, 1)
+    assert files_on_disk(log) == ["00000000000000000001-00000000000000000120.parquet"]
+    assert log.read().equals(before)
+    assert log.read_events() == committed(events)
+    assert log.verify() == []
+    glob = str(log.root / "*.parquet")
+    assert duckdb.sql(f"select count(*) from read_parquet('{glob}')").fetchall() == [(120,)]
+    log.append([deleted(120)])
+    assert seqs(log) == list(range(1, 122))
+    assert log.compact() == (2, 1)
+    assert log.compact() == (1, 1)  # nothing left to merge
+
+
+def test_compaction_respects_the_target_size_and_leaves_big_files_alone(log: EventLog) -> None:
+    fill(log, [10] * 5 + [50] + [10] * 3)
+    before = log.read()
+    assert log.compact(target_rows=20) == (9, 6)
+    ranges = [(1, 20), (21, 40), (41, 50), (51, 100), (101, 120), (121, 130)]
+    assert files_on_disk(log) == [f"{a:020d}-{b:020d}.parquet" for a, b in ranges]
+    assert log.read().equals(before)
+    assert log.verify() == []
+
+
+def test_readers_never_see_a_duplicate_or_a_gap_while_compaction_and_appends_run(
+    tmp_path: Path,
+) -> None:
+    log = EventLog(tmp_path / "log", durable=False)  # fsync does not change visibility
+    fill(log, [1, 2] * 100)  # 200 small files
+    stop = threading.Event()
+    problems: list[str] = []
+    reads: list[tuple[float, float, int]] = []
+
+    def reader() -> None:
+        prev = 0
+        while not stop.is_set():
+            start = time.monotonic()
+            try:
+                got = seqs(log)
+            except Exception as exc:  # any error is a failure of the test
+                problems.append(repr(exc))
+                continue
+            reads.append((start, time.monotonic(), len(got)))
+            if got != list(range(1, len(got) + 1)):
+                problems.append(f"not 1..N contiguous: {len(got)} rows, {len(set(got))} distinct")
+            if len(got) < prev:
+                problems.append(f"went back from {prev} to {len(got)} events")
+            prev = len(got)
+
+    def writer() -> None:
+        i = 1000
+        while not stop.is_set():
+            log.append([deleted(i), deleted(i + 1)])
+            i += 2
+            time.sleep(0.002)
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    threads.append(threading.Thread(target=writer))
+    for t in threads:
+        t.start()
+    compacting: list[tuple[float, float]] = []
+    try:
+        for target in (25, 1000, 100_000):  # many groups, then regrouping merged files
+            start = time.monotonic()
+            log.compact(target_rows=target)
+            compacting.append((start, time.monotonic()))
+    finally:
+        time.sleep(0.05)
+        stop.set()
+        for t in threads:
+            t.join()
+    assert problems == []
+    during = [r for r in reads if any(a <= r[0] and r[1] <= b for a, b in compacting)]
+    assert len(during) >= 5, f"only {len(during)} reads ran wholly inside a compaction"
+    total = log.last_seq()
+    assert seqs(log) == list(range(1, total + 1))
+    assert total > 300  # the writer kept committing meanwhile
+    assert log.verify() == []
+
+
+def test_a_compaction_that_crashed_before_removing_small_files_is_harmless(
+    log: EventLog,
+) -> None:
+    events = fill(log, [3] * 10)
+    # the crash: the merged file of seq 1..24 is in place, the small ones still there
+    log._write(log.read().slice(0, 24), 1, 24)
+    assert len(files_on_disk(log)) == 11
+    assert log.read_events() == committed(events)
+    assert [f.path.name[:41] for f in log.files()] == [
+        f"{1:020d}-{24:020d}",
+        f"{25:020d}-{27:020d}",
+        f"{28:020d}-{30:020d}",
+    ]
+    assert log.verify() == []
+    assert log.compact() == (3, 1)
+    assert files_on_disk(log) == [f"{1:020d}-{30:020d}.parquet"]
+    assert log.read_events() == committed(events)
+
+
+def test_a_crashed_compaction_that_removed_some_small_files_reads_each_event_once(
+    log: EventLog,
+) -> None:
+    events = fill(log, [2] * 8)
+    small = files_on_disk(log)
+    log._write(log.read(), 1, 16)
+    for name in small[:3]:  # it got this far deleting the small ones
+        (log.root / name).unlink()
+    assert log.read_events() == committed(events)
+    glob = str(log.root / "*.parquet")
+    log.append([deleted(16)])  # the next commit clears what the crash left behind
+    assert files_on_disk(log) == [f"{1:020d}-{16:020d}.parquet", f"{17:020d}-{17:020d}.parquet"]
+    counts = duckdb.sql(f"select count(distinct seq), count(*) from read_parquet('{glob}')")
+    assert counts.fetchall() == [(17, 17)]  # no event twice for another engine either
+
+
+def test_compaction_refuses_to_merge_a_file_that_was_altered(log: EventLog) -> None:
+    fill(log, [2] * 5)
+    victim = log.files()[2].path
+    _rewrite_with_pyarrow(victim, lambda t: _set_column(t, "actor", ["mallory"] * t.num_rows))
+    with pytest.raises(LogIntegrityError, match=victim.name):
+        log.compact()
+    assert victim.exists()
+    assert any(victim.name in p for p in log.verify())  # still named, not hidden by a merge
+
+
+# -- verify ---------------------------------------------------------------------------
+
+
+def _set_column(table: pa.Table, name: str, values: list[object]) -> pa.Table:
+    i = table.schema.get_field_index(name)
+    return table.set_column(i, table.schema.field(i), pa.array(values, table.schema.field(i).type))
+
+
+def _rewrite_with_pyarrow(path: Path, change: Callable[[pa.Table], pa.Table]) -> None:
+    """Edit a log file the way someone with pyarrow would: read, change rows, write back.
+
+    ``read_table`` keeps the schema's key-value metadata and ``write_table`` writes it
+    again, so the file keeps mailledger's digest of the *old* rows.
+    """
+    table = pq.read_table(path)
+    assert table.schema.metadata and b"mailledger.digest" in table.schema.metadata
+    new = change(table)
+    pq.write_table(new, path)
+
+
+def _problems_naming(log: EventLog, path: Path) -> list[str]:
+    problems = log.verify()
+    assert problems, "verify found nothing"
+    assert any(path.name in p for p in problems), problems
+    return problems
+
+
+def test_verify_finds_nothing_wrong_with_a_good_log(log: EventLog) -> None:
+    fill(log, [3, 1, 4, 1, 5])
+    assert log.verify() == []
+    log.compact()
+    assert log.verify() == []
+
+
+def test_verify_names_a_file_whose_rows_were_changed_and_rewritten(log: EventLog) -> None:
+    fill(log, [3, 3, 3])
+    victim = log.files()[1].path
+    _rewrite_with_pyarrow(victim, lambda t: _set_column(t, "reason", ["edited"] * t.num_rows))
+    problems = _problems_naming(log, victim)
+    assert any("digest" in p for p in problems)
+    # a change to one timestamp by one microsecond is found as well
+    victim = log.files()[2].path
+    _rewrite_with_pyarrow(
+        victim,
+        lambda t: _set_column(
+            t,
+            "recorded_at",
+            [v + timedelta(microseconds=1) for v in t.column("recorded_at").to_pylist()],
+        ),
+    )
+    _problems_naming(log, victim)
+
+
+def test_verify_names_a_file_that_lost_a_row(log: EventLog) -> None:
+    fill(log, [3, 3, 3])
+    victim = log.files()[1].path
+    _rewrite_with_pyarrow(victim, lambda t: t.slice(0, 2))
+    _problems_naming(log, victim)
+
+
+def test_verify_names_a_truncated_file(log: EventLog) -> None:
+    fill(log, [3, 3, 3])
+    victim = log.files()[1].path
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])
+    _problems_naming(log, victim)
+    with pytest.raises(LogIntegrityError, match=victim.name):
+        log.read()
+
+
+@pytest.mark.parametrize("where", [0.1, 0.5, 0.9])
+def test_verify_names_a_file_whose_bytes_were_overwritten(log: EventLog, where: float) -> None:
+    fill(log, [30, 30, 30])
+    victim = log.files()[1].path
+    data = bytearray(victim.read_bytes())
+    start = int(len(data) * where)
+    data[start : start + 64] = b"\xa5" * 64
+    victim.write_bytes(bytes(data))
+    _problems_naming(log, victim)
+
+
+def test_verify_names_the_gap_a_deleted_file_leaves(log: EventLog) -> None:
+    fill(log, [3, 3, 3, 3])
+    log.files()[1].path.unlink()
+    after_gap = log.files  # files() itself refuses the gap
+    with pytest.raises(LogIntegrityError, match="gap"):
+        after_gap()
+    problems = log.verify()
+    assert len(problems) == 1
+    assert "gap" in problems[0] and "seq 4" in problems[0]
+    assert f"{7:020d}-{9:020d}.parquet" in problems[0]
+    with pytest.raises(LogIntegrityError, match="gap"):
+        log.read()
+
+
+def test_verify_names_a_file_with_a_wrong_seq_column(log: EventLog) -> None:
+    fill(log, [3, 3, 3])
+    victim = log.files()[1].path
+    _rewrite_with_pyarrow(
+        victim, lambda t: _set_column(t, "seq", [10, 11, 12])
+    )  # the rows of another range
+    problems = _problems_naming(log, victim)
+    assert any("seq column" in p for p in problems)
+
+
+def test_verify_names_a_file_without_a_digest(log: EventLog) -> None:
+    fill(log, [3, 3])
+    victim = log.files()[0].path
+    table = pq.read_table(victim).replace_schema_metadata(None)
+    pq.write_table(table, victim)
+    problems = _problems_naming(log, victim)
+    assert any("no mailledger digest" in p for p in problems)
+
+
+def test_verify_names_a_file_whose_name_and_rows_disagree(log: EventLog) -> None:
+    fill(log, [3, 3])
+    victim = log.files()[1].path
+    victim.rename(log.root / f"{4:020d}-{7:020d}.parquet")  # claims 4 rows, holds 3
+    _problems_naming(log, log.root / f"{4:020d}-{7:020d}.parquet")
+
+
+# -- the writer lock ------------------------------------------------------------------
+
+_APPENDER = textwrap.dedent(
+    """
+    import random, sys, time
+    from datetime import UTC, datetime
+    from pathlib import Path
+    from stores.events import MessageDeleted
+    from stores.log import EventLog
+    root, who, batches = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    start_at = float(sys.argv[4])
+    log = EventLog(root)
+    time.sleep(max(0.0, start_at - time.time()))  # both start together
+    for b in range(batches):
+        time.sleep(random.random() * 0.02)  # work between commits, as a fetcher does
+        log.append([
+            MessageDeleted(run_id=who, recorded_at=datetime.now(UTC),
+                           message_id=f"{who}-{b}-{i}@x", actor=who, reason=str(b))
+            for i in range(3)
+        ])
+    """
+)
+
+
+def test_two_processes_appending_at_once_get_one_contiguous_seq_and_lose_no_batch(
+    log: EventLog,
+) -> None:
+    log.create()
+    start_at = time.time() + 1.0
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _APPENDER, str(log.root), who, "40", str(start_at)])
+        for who in ("alpha", "beta")
+    ]
+    for p in procs:
+        assert p.wait(timeout=60) == 0
+    table = log.read()
+    assert table.column("seq").to_pylist() == list(range(1, 241))
+    rows = table.select(["seq", "run_id", "reason", "message_id"]).to_pylist()
+    by_batch: dict[tuple[str, str], list[int]] = {}
+    for r in rows:
+        by_batch.setdefault((r["run_id"], r["reason"]), []).append(r["seq"])
+    assert len(by_batch) == 80  # no batch lost
+    for key, got in by_batch.items():
+        assert len(got) == 3 and got == list(range(got[0], got[0] + 3)), key  # one piece
+    assert len({r["message_id"] for r in rows}) == 240
+    runs = [r["run_id"] for r in rows]
+    switches = sum(1 for a, b in itertools.pairwise(runs) if a != b)
+    assert switches >= 3, "the two writers never interleaved: the test did not test the lock"
+    assert log.verify() == []
+
+
+_HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from stores.log import EventLog
+    with EventLog(Path(sys.argv[1])).lock():
+        print("locked", flush=True)
+        sys.stdin.readline()
+    """
+)
+
+
+def test_a_writer_waits_for_the_lock_and_times_out_when_it_stays_held(log: EventLog) -> None:
+    log.create()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(log.root)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        t0 = time.monotonic()
+        with pytest.raises(LockTimeout), log.lock(timeout=0.3):
+            pass
+        assert time.monotonic() - t0 >= 0.3
+        done = threading.Event()
+
+        def append() -> None:
+            log.append([deleted(0)])
+            done.set()
+
+        t = threading.Thread(target=append)
+        t.start()
+        time.sleep(0.2)
+        assert not done.is_set()  # waits for the other process
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        t.join(timeout=10)
+        assert done.is_set()
+        assert seqs(log) == [1]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# -- permissions ----------------------------------------------------------------------
+
+
+def test_log_files_are_private(tmp_path: Path) -> None:
+    old = os.umask(0)  # the modes must come from the code, not from a umask
+    try:
+        log = EventLog(tmp_path / "store" / "log")
+        fill(log, [2, 2, 2])
+        log.compact()
+        log.append([deleted(6)])
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(log.root.stat().st_mode) == 0o700
+    names = sorted(p.name for p in log.root.iterdir())
+    assert ".lock" in names and len(names) == 3
+    for p in log.root.iterdir():
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+
+
+# -- file metadata --------------------------------------------------------------------
+
+
+def test_file_metadata_tells_its_seq_range_schema_version_and_digest(log: EventLog) -> None:
+    fill(log, [5])
+    meta = pq.read_schema(log.files()[0].path).metadata
+    assert meta is not None
+    assert meta[b"mailledger.first_seq"] == b"1" and meta[b"mailledger.last_seq"] == b"5"
+    assert meta[b"mailledger.schema_version"] == b"1"
+    assert len(meta[b"mailledger.digest"]) == 64
+    assert pc.all(pc.equal(log.read().column("type"), "message-deleted")).as_py()
