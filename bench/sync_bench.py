@@ -34,16 +34,35 @@ USER = "fastmail"
 
 
 def _run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS MiB, exit code) of one child process."""
+    """(wall seconds, peak RSS MiB of the process and all its children, exit code).
+
+    RSS is sampled every 20 ms over the whole process tree (worker processes
+    included), because ``wait4``'s ru_maxrss would also count the memory the
+    child inherited from this (large) benchmark process before its exec.
+    """
+    import psutil
+
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
+    peak = 0
+    try:
+        top = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            try:
+                rss = top.memory_info().rss + sum(
+                    c.memory_info().rss for c in top.children(recursive=True)
+                )
+                peak = max(peak, rss)
+            except psutil.Error:
+                pass
+            time.sleep(0.02)
+    finally:
+        proc.wait()
     wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.returncode not in (0, 3):
         print(f"  ! {' '.join(cmd[:4])}... exit {proc.returncode}: {err[-500:]}", file=sys.stderr)
-    return wall, usage.ru_maxrss / 1024, proc.returncode
+    return wall, peak / 2**20, proc.returncode
 
 
 def _server_out(dv: Dovecot, mark: int) -> tuple[int, int]:

@@ -292,6 +292,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
         reconcile=args.reconcile,
         measure=args.measure,
         mode_label="watch" if args.watch else None,
+        workers=args.workers if args.workers is not None else min(2, os.cpu_count() or 1),
     )
     out = sys.stderr if args.json else sys.stdout
 
@@ -556,6 +557,9 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--watch", action="store_true", help="repeat until SIGINT/SIGTERM")
     p.add_argument("--interval", type=_interval, default=300.0, help="watch interval (5m)")
     p.add_argument("--account", action="append", help="only this account (repeatable)")
+    p.add_argument(
+        "--workers", type=int, help="parser processes for fetched bodies (default 2; 0: none)"
+    )
     p.add_argument("--metrics-file", type=Path, help="Prometheus textfile to write")
     p.add_argument("--json", action="store_true", help="print the run report as JSON")
 

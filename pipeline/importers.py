@@ -8,13 +8,11 @@ for messages already on record at the same location.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 
-from pipeline.ingest import Incoming, Ingest, RunCounts
+from pipeline.ingest import Incoming, Ingest, RunCounts, worker_pool
 from pipeline.store import MessageStore
 from stores.errors import UsageError
 
@@ -24,43 +22,6 @@ Progress = Callable[[int], None]
 
 # Files a mail client or server keeps beside the messages; never mail.
 _NOT_MAIL_PREFIXES = (".", "dovecot", "courier", "maildirfolder", "subscriptions")
-
-
-@contextlib.contextmanager
-def worker_pool(workers: int) -> Iterator[Executor | None]:
-    """Processes that parse and compress while this one writes (None for 0 workers).
-
-    forkserver, not fork: this process may hold DuckDB threads and locks that a
-    forked child must not inherit.
-    """
-    if workers <= 0:
-        yield None
-        return
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["pipeline.ingest"])
-    with ProcessPoolExecutor(
-        max_workers=workers, mp_context=ctx, initializer=_watch_parent, initargs=(os.getpid(),)
-    ) as pool:
-        yield pool
-
-
-def _watch_parent(pid: int) -> None:
-    """In a worker: exit when the importing process is gone (killed with -9, say);
-    nothing else would ever tell a worker of a forkserver that its job has died."""
-    import threading
-    import time
-
-    def watch() -> None:
-        while True:
-            time.sleep(0.5)
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                os._exit(0)
-            except PermissionError:
-                pass
-
-    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
 @contextlib.contextmanager

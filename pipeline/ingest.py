@@ -9,8 +9,11 @@ few queries, never one per message.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from concurrent.futures import Executor
+import contextlib
+import multiprocessing
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -22,7 +25,7 @@ from pipeline.store import MessageStore
 from stores.blobs import encode_blob
 from stores.events import Event
 
-__all__ = ["Incoming", "Ingest", "RunCounts", "prepare"]
+__all__ = ["Incoming", "Ingest", "RunCounts", "prepare", "worker_pool"]
 
 
 @dataclass
@@ -75,6 +78,43 @@ class Incoming:
     uid: int | None = None
     internal_date: datetime | None = None
     message_id: str | None = None  # overrides the parsed id (legacy UIDL import)
+
+
+@contextlib.contextmanager
+def worker_pool(workers: int) -> Iterator[Executor | None]:
+    """Processes that parse and compress while this one writes (None for 0 workers).
+
+    forkserver, not fork: this process may hold DuckDB threads and locks that a
+    forked child must not inherit.
+    """
+    if workers <= 0:
+        yield None
+        return
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["pipeline.ingest"])
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_watch_parent, initargs=(os.getpid(),)
+    ) as pool:
+        yield pool
+
+
+def _watch_parent(pid: int) -> None:
+    """In a worker: exit when the importing process is gone (killed with -9, say);
+    nothing else would ever tell a worker of a forkserver that its job has died."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(0)
+            except PermissionError:
+                pass
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
 def prepare(raws: Sequence[bytes]) -> list[tuple[ParsedMessage, bytes]]:

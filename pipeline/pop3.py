@@ -51,9 +51,11 @@ __all__ = [
     "FOLDER",
     "Pop3Entry",
     "Pop3FolderReport",
+    "Pop3Plan",
     "Pop3Source",
     "plan_pop3",
     "sync_pop3_account",
+    "trim_terminator",
 ]
 
 log = logging.getLogger("mailledger.pop3")
@@ -378,12 +380,11 @@ class _Pop3Sync:
         return fr
 
     def _has_history(self) -> bool:
-        rows = (
-            self.store._reader()
-            .execute("SELECT 1 FROM locations WHERE source = ? LIMIT 1", [self.account.name])
-            .fetchall()
+        """Has this account ever recorded a message (else this run is its first contact)?"""
+        table = self.store.query(
+            "SELECT 1 AS x FROM locations WHERE source = ? LIMIT 1", [self.account.name]
         )
-        return bool(rows)
+        return table.num_rows > 0
 
     def _run(self, fr: Pop3FolderReport) -> None:
         name = self.account.name

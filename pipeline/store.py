@@ -99,7 +99,7 @@ class MessageStore:
         self._held = 0
         # committed batches not yet folded (kept so a fold need not re-read the log)
         self._unapplied: list[pa.Table] = []
-        self.fold_every = 4000  # events: a deferred fold runs at least this often
+        self.fold_every = 2000  # events: a deferred fold runs at least this often (memory)
 
     # -- lifecycle ------------------------------------------------------------
     @classmethod

@@ -18,12 +18,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.config import Account, Config, InitialMode, resolve_secret
 from pipeline.imap import Envelope, FolderState, ImapSource, select_folders
-from pipeline.ingest import Incoming, Ingest, RunCounts
+from pipeline.ingest import Incoming, Ingest, RunCounts, worker_pool
 from pipeline.store import MessageStore
 from stores.errors import MailledgerError, SourceError
 from stores.events import CursorMoved, UidvalidityChanged
@@ -50,6 +51,7 @@ class SyncOptions:
     reconcile: bool = False
     measure: bool = False
     mode_label: str | None = None  # "watch" when run by --watch
+    workers: int = 0  # processes that parse and compress fetched bodies
 
 
 @dataclass(frozen=True)
@@ -209,8 +211,10 @@ class _FolderSync:
         account: Account,
         opts: SyncOptions,
         report: AccountReport,
+        pool: Executor | None = None,
     ) -> None:
         self.store = store
+        self.pool = pool
         self.src = src
         self.account = account
         self.opts = opts
@@ -284,7 +288,7 @@ class _FolderSync:
                     )
                 ]
             )
-        ingest = Ingest(self.store, self.account.name, batch_size=500, network=True)
+        ingest = Ingest(self.store, self.account.name, batch_size=500, network=True, pool=self.pool)
         failed: list[int] = []
         present: set[int] = set()
         envelopes = list(self.src.envelopes(uids))
@@ -494,47 +498,62 @@ def sync_accounts(
 ) -> RunReport:
     """Sync every configured IMAP and POP3 account (failures isolated per account)."""
     report = RunReport(run_id=store.run_id if store else "measure", applied=opts.apply)
-    for name, account in config.accounts.items():
-        if only and name not in only:
-            continue
-        if account.type == "pop3":
-            from pipeline.pop3 import sync_pop3_account
-
-            report.accounts[name] = sync_pop3_account(store, account, env, opts, emit=emit)
-            continue
-        if account.type != "imap":
-            continue
-        ar = AccountReport(name=name)
-        report.accounts[name] = ar
-        try:
-            secret = resolve_secret(account, env)
-            with source_factory(account, secret) as src:
-                folders = select_folders(src.list_folders(), account.folders, account.exclude)
-                if not folders:
-                    raise SourceError(f"{name}: no folder on the server matches {account.folders}")
-                for info in folders:
-                    if opts.measure:
-                        st = src.status(info.name)
-                        emit(
-                            f"measure {name} {info.name}: messages={st.get('messages')}"
-                            f" uidnext={st.get('uidnext')} uidvalidity={st.get('uidvalidity')}"
-                        )
-                        ar.folders[info.name] = FolderReport(
-                            folder=info.name,
-                            mode="measure",
-                            uidvalidity=st.get("uidvalidity"),
-                            would_fetch=st.get("messages"),
-                        )
-                        continue
-                    assert store is not None
-                    fr = _FolderSync(store, src, account, opts, ar).run(
-                        info.name, emit, report.alarms
-                    )
-                    emit(fr.line(name))
-        except MailledgerError as exc:
-            ar.error = str(exc)
-            emit(f"error {name}: {exc}")
+    with worker_pool(opts.workers if opts.apply else 0) as pool:
+        for name, account in config.accounts.items():
+            if only and name not in only:
+                continue
+            _sync_account(store, name, account, env, opts, report, emit, source_factory, pool)
     return report
+
+
+def _sync_account(
+    store: MessageStore | None,
+    name: str,
+    account: Account,
+    env: Mapping[str, str],
+    opts: SyncOptions,
+    report: RunReport,
+    emit: Callable[[str], None],
+    source_factory: Callable[[Account, str], ImapSource],
+    pool: Executor | None,
+) -> None:
+    if account.type == "pop3":
+        from pipeline.pop3 import sync_pop3_account
+
+        report.accounts[name] = sync_pop3_account(store, account, env, opts, emit=emit)
+        return
+    if account.type != "imap":
+        return
+    ar = AccountReport(name=name)
+    report.accounts[name] = ar
+    try:
+        secret = resolve_secret(account, env)
+        with source_factory(account, secret) as src:
+            folders = select_folders(src.list_folders(), account.folders, account.exclude)
+            if not folders:
+                raise SourceError(f"{name}: no folder on the server matches {account.folders}")
+            for info in folders:
+                if opts.measure:
+                    st = src.status(info.name)
+                    emit(
+                        f"measure {name} {info.name}: messages={st.get('messages')}"
+                        f" uidnext={st.get('uidnext')} uidvalidity={st.get('uidvalidity')}"
+                    )
+                    ar.folders[info.name] = FolderReport(
+                        folder=info.name,
+                        mode="measure",
+                        uidvalidity=st.get("uidvalidity"),
+                        would_fetch=st.get("messages"),
+                    )
+                    continue
+                assert store is not None
+                fr = _FolderSync(store, src, account, opts, ar, pool).run(
+                    info.name, emit, report.alarms
+                )
+                emit(fr.line(name))
+    except MailledgerError as exc:
+        ar.error = str(exc)
+        emit(f"error {name}: {exc}")
 
 
 def wait_for_change(
