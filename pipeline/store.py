@@ -618,7 +618,8 @@ class MessageStore:
             "CREATE OR REPLACE TEMP MACRO thread(id) AS TABLE"
             " SELECT m.* FROM messages m JOIN thread_nodes n USING (message_id)"
             " WHERE n.thread_id = (SELECT thread_id FROM thread_nodes"
-            "   WHERE message_id = trim(id, '<> '))"
+            "   WHERE message_id = coalesce(nullif(regexp_replace("
+            "regexp_extract(id, '<([^<>]*)>', 1), '\\s', '', 'g'), ''), trim(id, '<> ')))"
             " ORDER BY m.date_iso NULLS LAST, m.message_id"
         )
 

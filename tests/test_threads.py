@@ -249,3 +249,11 @@ def test_threads_survive_a_reindex_unchanged(store: MessageStore) -> None:
     before = {m: store.walk_thread(m) for m in ("a@x", "b@x", "c@x", "zz@x")}
     store.reindex()
     assert {m: store.walk_thread(m) for m in before} == before
+
+
+def test_thread_macro_accepts_an_id_with_a_comment_like_walk_thread(store: MessageStore) -> None:
+    store.add("u1", b"Message-ID: <root@x>\nSubject: a\n\nbody\n")
+    store.add("u2", b"Message-ID: <reply@x>\nIn-Reply-To: <root@x>\nSubject: Re: a\n\nbody\n")
+    ids = store.query("select message_id from thread(' <reply@x> (a comment)')")
+    assert sorted(ids.column("message_id").to_pylist()) == ["reply@x", "root@x"]
+    assert sorted(store.walk_thread(" <reply@x> (a comment)")) == ["reply@x", "root@x"]
