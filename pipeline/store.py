@@ -19,6 +19,7 @@ import functools
 import json
 import logging
 import os
+import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from email.message import EmailMessage
@@ -38,13 +39,14 @@ from stores.blobs import BlobStore
 from stores.errors import LockTimeout, LogIntegrityError, NotFoundError, UsageError
 from stores.events import SCHEMA, Event, MessageDeleted, MessageSeen
 from stores.log import EventLog
+from stores.purge import PurgeReport
 
 __all__ = ["MessageStore", "SeenOutcome"]
 
 log = logging.getLogger("mailledger.store")
 
 _FORMAT = {"format": "mailledger-store", "version": 1}
-_REPLAY_CHUNK = 200_000
+_REPLAY_CHUNK = 50_000
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -110,8 +112,13 @@ class MessageStore:
         create: bool = True,
         clock: Clock | None = None,
         run_id: str | None = None,
+        check: bool = True,
     ) -> MessageStore:
-        """Open the store at ``root`` (created when ``create`` and absent)."""
+        """Open the store at ``root`` (created when ``create`` and absent).
+
+        ``check``: refuse a damaged log at once, naming the file (LogIntegrityError);
+        ``verify`` opens without it so that it can list every problem.
+        """
         root = Path(root)
         marker = root / "store.json"
         if not marker.exists():
@@ -134,6 +141,8 @@ class MessageStore:
         store = cls(root, clock=clock, run_id=run_id)
         store.log.create()
         store.blobs.create()
+        if check:
+            store.log.check()
         return store
 
     def close(self) -> None:
@@ -225,13 +234,17 @@ class MessageStore:
         they were listed: then read the same seq range from a fresh listing)."""
         import pyarrow.parquet as pq
 
-        try:
-            return pa.concat_tables(
-                [pq.read_table(f.path, schema=SCHEMA) for f in group]
-            ).replace_schema_metadata(None)
-        except FileNotFoundError:
-            first, last = group[0].first, group[-1].last
-            return self.log.read(after=first - 1).slice(0, last - first + 1)
+        parts = []
+        for f in group:
+            try:
+                parts.append(pq.read_table(f.path, schema=SCHEMA))
+            except FileNotFoundError:
+                first, last = group[0].first, group[-1].last
+                return self.log.read(after=first - 1).slice(0, last - first + 1)
+            except (OSError, pa.ArrowException) as exc:
+                # never skipped, never a bare traceback: the damaged file is named
+                raise LogIntegrityError(f"{f.path}: unreadable: {exc}") from exc
+        return pa.concat_tables(parts).replace_schema_metadata(None)
 
     # -- writing --------------------------------------------------------------
     @_uses_db
@@ -253,9 +266,11 @@ class MessageStore:
         try:
             con = self._writer()
             self._catch_up(con)  # applies this batch (and any a crash left unapplied)
-        except LockTimeout as exc:
-            # The events are durable; only the projections lag. They catch up at the
-            # next open: a committed write must never be reported as a failed one.
+        except (LockTimeout, duckdb.IOException, duckdb.TransactionException) as exc:
+            # The events are durable; only the projections lag (another process holds
+            # the database, or the disk is full). They catch up at the next open: a
+            # committed write must never be reported as a failed one.
+            self.close()
             log.warning("projections not updated now (%s); they catch up later", exc)
             return -1
         seq = applied_seq(con)
@@ -431,7 +446,7 @@ class MessageStore:
         tmp = self.db_path.with_suffix(".duckdb.rebuild")
         for p in (tmp, Path(str(tmp) + ".wal")):
             p.unlink(missing_ok=True)
-        con = duckdb.connect(str(tmp))
+        con = duckdb.connect(str(tmp), config=dict(db.CONFIG))
         try:
             last = self._rebuild(con)
             con.execute("CHECKPOINT")
@@ -686,12 +701,18 @@ class MessageStore:
                     self.blobs.get(sha)
                 except Exception as exc:
                     problems.append(str(exc))
-        fresh = duckdb.connect()
+        # a file, not memory: DuckDB may spill a large store's replay to disk
+        scratch = self.root / "projections.verify.duckdb"
+        for p in (scratch, Path(str(scratch) + ".wal")):
+            p.unlink(missing_ok=True)
+        fresh = duckdb.connect(str(scratch), config=dict(db.CONFIG))
         try:
             rebuild(fresh, self._log_chunks())
             want = fingerprint(fresh)
         finally:
             fresh.close()
+            for p in (scratch, Path(str(scratch) + ".wal")):
+                p.unlink(missing_ok=True)
         have = fingerprint(con)
         for table, digest in want.items():
             if have.get(table) != digest:
@@ -703,6 +724,47 @@ class MessageStore:
     def compact(self, target_rows: int = 100_000) -> tuple[int, int]:
         """Merge small log files; returns (files before, files after)."""
         return self.log.compact(target_rows=target_rows)
+
+    @property
+    def purge_journal(self) -> Path:
+        return self.root / "purge-journal.json"
+
+    def purge(self) -> PurgeReport:
+        """Erase deleted messages for good (``compact --purge``; see ``stores.purge``).
+
+        Blobs no stored message holds are erased, the personal columns of their
+        events are rewritten away, and the projections are rebuilt into a fresh
+        file (an old DuckDB file may keep a deleted subject in a free page).
+        Safe to kill at any point: a re-run finishes the purge.
+        """
+        from stores.purge import finish_purge, purge_log
+
+        self.close()
+        report = purge_log(
+            self.log,
+            self.blobs,
+            self.purge_journal,
+            run_id=self.run_id,
+            now=self.clock.now,
+            drop_projections=self._drop_projections,
+        )
+        if report.changed:
+            self._unapplied = []  # pre-purge rows: never fold them again
+            self.reindex()
+            finish_purge(self.purge_journal)
+        return report
+
+    def _drop_projections(self) -> None:
+        """Remove the projection database and every file DuckDB keeps beside it."""
+        self.close()
+        self._unapplied = []
+        with contextlib.suppress(duckdb.Error, OSError):
+            db.connect(self.db_path, read_only=False, timeout=60).close()  # no other holder
+        base = str(self.db_path)
+        for name in (base, base + ".wal", base + ".rebuild", base + ".rebuild.wal"):
+            Path(name).unlink(missing_ok=True)
+        for name in (base + ".tmp", base + ".rebuild.tmp"):
+            shutil.rmtree(name, ignore_errors=True)
 
 
 def iter_batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:

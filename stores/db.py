@@ -13,11 +13,11 @@ import duckdb
 
 from stores.errors import LockTimeout
 
-__all__ = ["connect"]
+__all__ = ["CONFIG", "connect"]
 
 # A sync run from cron should stay small: DuckDB would otherwise size its buffer
 # pool from the machine's RAM and start a thread per core for tiny queries.
-_CONFIG = {"memory_limit": "256MB", "threads": "2"}
+CONFIG = {"memory_limit": "256MB", "threads": "2"}
 
 
 def connect(path: Path, *, read_only: bool, timeout: float = 30.0) -> duckdb.DuckDBPyConnection:
@@ -26,7 +26,7 @@ def connect(path: Path, *, read_only: bool, timeout: float = 30.0) -> duckdb.Duc
     delay = 0.01
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only, config=dict(_CONFIG))
+            return duckdb.connect(str(path), read_only=read_only, config=dict(CONFIG))
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                 if "lock" in str(exc).lower():
