@@ -89,6 +89,7 @@ class Peer:
 
 class Mailledger(Peer):
     name = "mailledger"
+    extra: tuple[str, ...] = ()
 
     def sync(self) -> tuple[float, float, int]:
         cfg = self.work / "config.toml"
@@ -105,8 +106,16 @@ class Mailledger(Peer):
             "--apply",
             "--config",
             str(cfg),
+            *self.extra,
         ]
         return _run(cmd, env)
+
+
+class MailledgerOneProcess(Mailledger):
+    """The same sync with no worker processes (smaller, one core)."""
+
+    name = "mailledger-w0"
+    extra = ("--workers", "0")
 
 
 class Mbsync(Peer):
@@ -161,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         peers = [
             Mailledger(dv, work / "ml", ["INBOX", "Moved"]),
+            MailledgerOneProcess(dv, work / "ml0", ["INBOX", "Moved"]),
             Mbsync(dv, work / "mb", ["INBOX", "Moved"]),
         ]
         with dv.imap(USER) as c:
@@ -208,7 +218,17 @@ def main(argv: list[str] | None = None) -> int:
     print()
     checks = [
         ("initial wall ratio (<= 0.5)", ml["initial"]["wall_s"] / mb["initial"]["wall_s"], 0.5),
-        ("initial peak RSS MiB (<= 200)", ml["initial"]["rss_mib"], 200.0),
+        ("initial peak RSS MiB, all processes (<= 200)", ml["initial"]["rss_mib"], 200.0),
+        (
+            "initial wall ratio, no workers (<= 0.5)",
+            results["mailledger-w0"]["initial"]["wall_s"] / mb["initial"]["wall_s"],
+            0.5,
+        ),
+        (
+            "initial peak RSS MiB, no workers (<= 200)",
+            results["mailledger-w0"]["initial"]["rss_mib"],
+            200.0,
+        ),
         (
             "idle bytes ratio (<= 0.01)",
             ml["idle"]["server_bytes"] / max(1, mb["idle"]["server_bytes"]),
