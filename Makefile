@@ -28,6 +28,13 @@ replay: venv
 bench: venv
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
+# The reliability campaigns (RELIABILITY.md): crash (>= 500 kill -9 trials), network faults,
+# server anomalies, hostile mail, storage faults, erasure, secrets. Runs as root for the
+# tmpfs full-disk case. TORTURE_ARGS="--quick" for the slice `make test` runs;
+# TORTURE_ARGS="--only crash" for one campaign.
+torture: venv
+	$(BIN)/python -m torture $(TORTURE_ARGS)
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check . || true

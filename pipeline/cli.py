@@ -222,7 +222,9 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    with _open(args) as store:
+    from pipeline.store import MessageStore
+
+    with MessageStore.open(args.store, create=False, check=False) as store:  # lists every problem
         problems = store.verify(blobs=not args.no_blobs)
         events = store.log.last_seq()
     if args.json:
@@ -238,10 +240,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_compact(args: argparse.Namespace) -> int:
     with _open(args) as store:
         before, after = store.compact(target_rows=args.target_rows)
+        purged = store.purge().as_dict() if args.purge else None
     if args.json:
-        _print_json({"files_before": before, "files_after": after})
-    else:
-        print(f"compacted the log: {before} files -> {after}")
+        _print_json({"files_before": before, "files_after": after, "purge": purged})
+        return EXIT_OK
+    print(f"compacted the log: {before} files -> {after}")
+    if purged is not None:
+        print(
+            f"purged: messages={purged['messages']} events_rewritten={purged['events_rewritten']}"
+            f" files_rewritten={purged['files_rewritten']} blobs_erased={purged['blobs_erased']}"
+            + (" (finished an interrupted purge)" if purged["resumed"] else "")
+        )
     return EXIT_OK
 
 
@@ -329,7 +338,11 @@ def cmd_sync(args: argparse.Namespace) -> int:
         if metrics_file and opts.apply:
             from pipeline.clock import SystemClock
 
-            write_metrics(Path(metrics_file), result, SystemClock().now())
+            private = os.umask(getattr(args, "umask", 0o022))  # node_exporter must read it
+            try:
+                write_metrics(Path(metrics_file), result, SystemClock().now())
+            finally:
+                os.umask(private)
         if args.json:
             _print_json(result)
         if not args.watch or stop.is_set():
@@ -527,10 +540,16 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         subs,
         "compact",
         cmd_compact,
-        "merge small log files (no event changes)",
-        "mailledger compact",
+        "merge small log files (no event changes); --purge also erases deleted messages",
+        "mailledger compact --purge",
     )
     p.add_argument("--target-rows", type=int, default=100_000)
+    p.add_argument(
+        "--purge",
+        action="store_true",
+        help="erase the blobs of deleted messages no stored message holds, and rewrite the"
+        " log so their headers are gone (the event skeleton stays: cursors and audits survive)",
+    )
     p.add_argument("--json", action="store_true")
 
     p = _sub(subs, "stats", cmd_stats, "counts and sizes of the store", "mailledger stats --json")
@@ -599,9 +618,14 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     env = os.environ if env is None else env
+    # What a command creates in a store (the DuckDB file and its WAL included) is
+    # the owner's alone: 0700 directories, 0600 files. Restored on return (the
+    # metrics textfile, written under the caller's umask, must stay readable).
+    umask = os.umask(0o077)
     try:
         args = build_parser(env).parse_args(argv)
         args.env = env
+        args.umask = umask
         if args.fn is not cmd_sync and args.store is None:
             args.store = default_store_path(env)
         return int(args.fn(args))
@@ -614,9 +638,23 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     except (LogIntegrityError, LockTimeout, MailledgerError) as exc:
         print(f"mailledger: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except OSError as exc:  # a full disk, a read-only store: say which file, no traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"mailledger: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ERROR
     except KeyboardInterrupt:
         print("mailledger: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        import duckdb
+
+        if not isinstance(exc, duckdb.Error):
+            raise
+        # the projection database failed (a full disk, say); the log is not affected
+        print(f"mailledger: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        os.umask(umask)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ File shape (keys may be added, never renamed)::
     exclude = []
     initial = "full"               # "full" | "new-only" | "since:2026-06-01"
     delete_after = "never"         # pop3: "never" | "stored"
+    timeout = 60                   # seconds an IMAP connect or read may take; a server
+                                   # stalling longer fails the folder cleanly (exit 1)
     [store]
     path = "/var/lib/mailledger"
     [metrics]
@@ -112,6 +114,7 @@ _ACCOUNT_KEYS = (
     "exclude",
     "initial",
     "delete_after",
+    "timeout",
 )
 _IMAP_ONLY = ("folders", "exclude")
 _ACCOUNT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
@@ -177,6 +180,9 @@ class Account:
     initial: InitialMode
     delete_after: DeleteAfter
     config_file: Path | None = field(default=None, repr=False, compare=False)
+    timeout: float = 60.0
+    """Seconds a connect or a single read may take; a stalled server then fails
+    the folder (exit 1) instead of hanging the run."""
 
     def _where(self, key: str) -> str:
         prefix = f"{self.config_file}: " if self.config_file else ""
@@ -437,6 +443,14 @@ class _AccountReader:
                 )
 
         delete_after = self.choice("delete_after", ("never", "stored"), "never")
+        timeout = t.get("timeout", 60.0)
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not (0 < timeout <= 3600)
+        ):
+            self.fail("timeout", f"must be seconds, 0 < timeout <= 3600, got {_show(timeout)}")
+            timeout = 60.0
         folders: tuple[str, ...] = ("INBOX",)
         exclude: tuple[str, ...] = ()
         if type_ == "pop3":
@@ -473,6 +487,7 @@ class _AccountReader:
             initial=initial,
             delete_after=cast(DeleteAfter, delete_after),
             config_file=config_file,
+            timeout=float(timeout),
         )
 
 

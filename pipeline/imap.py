@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from imapclient import IMAPClient
-from imapclient.exceptions import IMAPClientError, LoginError
+from imapclient.exceptions import IMAPClientError, LoginError, ProtocolError
 
 from pipeline.config import Account
 from projections.normalize import normalize_msgid
@@ -30,6 +30,7 @@ __all__ = [
     "FolderInfo",
     "FolderState",
     "ImapSource",
+    "missing_folders",
     "select_folders",
 ]
 
@@ -106,6 +107,30 @@ def select_folders(
     return out
 
 
+def missing_folders(folders: Sequence[FolderInfo], wanted: Sequence[str]) -> list[str]:
+    """The folder names in ``wanted`` (not ``\\Attributes``, not ``*``) that the
+    server does not list as selectable: deleted, renamed or mistyped."""
+    names = {f.name for f in folders if f.selectable}
+    has_inbox = any(n.upper() == "INBOX" for n in names)
+    return [
+        w
+        for w in wanted
+        if not w.startswith("\\")
+        and w != "*"
+        and w not in names
+        and not (w.upper() == "INBOX" and has_inbox)
+    ]
+
+
+def _header_text(raw: bytes) -> str:
+    """Header bytes decoded as ``pipeline.parse`` decodes them (UTF-8, else
+    latin-1), so an envelope's Message-ID equals the one the body parses to."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
 def _str(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
@@ -113,10 +138,12 @@ def _str(value: Any) -> str:
 class ImapSource:
     """One IMAP connection for one account."""
 
-    def __init__(self, account: Account, secret: str, *, timeout: float = 60.0) -> None:
+    def __init__(self, account: Account, secret: str, *, timeout: float | None = None) -> None:
+        """``timeout``: seconds a connect or one read may take (default: the
+        account's ``timeout``); a server that stalls longer fails the call."""
         self.account = account
         self._secret = secret
-        self.timeout = timeout
+        self.timeout = timeout if timeout is not None else account.timeout
         self.client: IMAPClient | None = None
 
     # -- connection -------------------------------------------------------------
@@ -153,6 +180,29 @@ class ImapSource:
                 self.client.logout()
             self.client = None
 
+    @property
+    def connected(self) -> bool:
+        return self.client is not None
+
+    def ensure_connected(self) -> None:
+        """Connect again if a network error dropped the connection."""
+        if self.client is None:
+            self.connect()
+
+    def _drop(self) -> None:
+        """Forget a connection a network error broke, without a LOGOUT.
+
+        After a timeout Python's socket file refuses every later read ("cannot
+        read from timed out object"), after a cut or an answer that does not
+        parse the stream is gone or out of step: kept, it would fail every later
+        folder of the run. Dropped, the next folder connects again
+        (``ensure_connected``), and a LOGOUT never waits out another timeout.
+        """
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                self.client.shutdown()
+            self.client = None
+
     def __enter__(self) -> ImapSource:
         self.connect()
         return self
@@ -170,6 +220,10 @@ class ImapSource:
         try:
             return fn(*args, **kwargs)
         except (*_NET_ERRORS,) as exc:
+            self._drop()
+            raise TransientSourceError(f"{self.account.name}: {what}: {exc}") from exc
+        except ProtocolError as exc:  # an answer that does not parse: out of step too
+            self._drop()
             raise TransientSourceError(f"{self.account.name}: {what}: {exc}") from exc
         except IMAPClientError as exc:
             raise SourceError(f"{self.account.name}: {what}: {exc}") from exc
@@ -245,8 +299,7 @@ class ImapSource:
                 header = data.get(_MSGID_FIELD) or b""
                 mid = None
                 if header:
-                    value = header.decode("latin-1").partition(":")[2]
-                    mid = normalize_msgid(value)
+                    mid = normalize_msgid(_header_text(header).partition(":")[2])
                 idate = data.get(b"INTERNALDATE")
                 if isinstance(idate, datetime):
                     idate = idate.astimezone(UTC) if idate.tzinfo else idate.replace(tzinfo=UTC)

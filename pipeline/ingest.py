@@ -268,13 +268,18 @@ class Ingest:
             c.bytes_read += len(it.raw)
             if p.defects:
                 c.malformed += 1
-            written = self.store.blobs.put_encoded(p.sha256, blob)
+            key = (it.folder, it.uidvalidity, it.uid, it.uidl, p.sha256)
+            if key in known_locs and p.message_id not in self._owners:
+                # on record at this location, and deleted since (perhaps purged): no
+                # event will name these bytes, so they must not come back as a blob
+                written = False
+            else:
+                written = self.store.blobs.put_encoded(p.sha256, blob)
             if written or self.network:
                 c.bodies_fetched += 1
             else:
                 c.known_skipped += 1
             self._count_owner(p.message_id)
-            key = (it.folder, it.uidvalidity, it.uid, it.uidl, p.sha256)
             if key in known_locs:
                 continue  # this very location and content are on record already
             known_locs.add(key)

@@ -45,9 +45,11 @@ class ParsedMessage:
     date_utc: datetime | None
     date_offset_min: int | None
     from_addr: str | None
-    """First addr-spec of the first From header, lowercased."""
+    """First addr-spec of the first From header, lowercased (None when it holds a
+    blank or a control character: debris of a broken header, not an address)."""
     to_addrs: tuple[str, ...]
-    """Addr-specs of every To then every Cc header, lowercased, deduplicated."""
+    """Addr-specs of every To then every Cc header, lowercased, deduplicated;
+    those with a blank or a control character are left out."""
     in_reply_to: str | None
     """First Message-ID of the first In-Reply-To header."""
     references: tuple[str, ...]
@@ -141,6 +143,10 @@ def _parse(raw: bytes, digest: str) -> ParsedMessage:
 
     from_value = first.get("from")
     from_list = addresses([from_value]) if from_value is not None else []
+    # only the first address can be the sender (the query side takes the first
+    # too): when it is unusable there is none, the second is never promoted
+    from_list = _indexable(from_list[:1], "From", defects)
+    to_list = _indexable(addresses([*every.get("to", ()), *every.get("cc", ())]), "To", defects)
     irt = msgid_list(first.get("in-reply-to"))
     references: dict[str, None] = {}
     for value in every.get("references", ()):
@@ -155,7 +161,7 @@ def _parse(raw: bytes, digest: str) -> ParsedMessage:
         date_utc=date_utc,
         date_offset_min=offset,
         from_addr=from_list[0] if from_list else None,
-        to_addrs=tuple(addresses([*every.get("to", ()), *every.get("cc", ())])),
+        to_addrs=tuple(to_list),
         in_reply_to=irt[0] if irt else None,
         references=tuple(references),
         list_id=normalize_list_id(first.get("list-id")),
@@ -203,12 +209,31 @@ def _read_header_fields(data: bytes, defects: list[str]) -> list[tuple[str, str]
     return fields
 
 
+# No addr-spec holds a blank (any Unicode space: NBSP, U+3000, U+2028, the
+# ASCII separators \x1c-\x1f) or a control character; what the address parser
+# returns with one inside is debris of a broken header (an unbalanced quote,
+# a NUL, a folded local part), never an address anyone can query.
+_NOT_IN_ADDRESS = re.compile(r"[\s\x00-\x1f\x7f]")
+
+
+def _indexable(found: list[str], name: str, defects: list[str]) -> list[str]:
+    """The addresses of ``found`` an index may hold; a dropped one is a
+    ``bad-address:Name`` defect (the header itself stays in ``headers``)."""
+    kept = [a for a in found if not _NOT_IN_ADDRESS.search(a)]
+    if len(kept) != len(found):
+        defects.append(f"bad-address:{name}")
+    return kept
+
+
 def _decode_rfc2047(value: str, name: str, defects: list[str]) -> str:
     """Return ``value`` with its RFC 2047 encoded words decoded.
 
     A bad encoding or unknown charset gives the raw value back with a
-    ``bad-encoding:Name`` defect. A value whose decoding could take time out of
-    proportion to its length is left raw too (``undecoded-long-header:Name``).
+    ``bad-encoding:Name`` defect, and so does a word that decodes to text no
+    UTF-8 can hold (UTF-7 and UTF-16 words can give lone surrogates, which
+    would make the whole batch unwritable). A value whose decoding could take
+    time out of proportion to its length is left raw too
+    (``undecoded-long-header:Name``).
     """
     if "=?" not in value:
         return value
@@ -216,10 +241,12 @@ def _decode_rfc2047(value: str, name: str, defects: list[str]) -> str:
         defects.append(f"undecoded-long-header:{name}")
         return value
     try:
-        return str(make_header(decode_header(value)))
+        decoded = str(make_header(decode_header(value)))
+        decoded.encode("utf-8")
     except Exception:
         defects.append(f"bad-encoding:{name}")
         return value
+    return decoded
 
 
 def _cheap_to_decode(value: str) -> bool:

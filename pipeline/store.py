@@ -141,8 +141,16 @@ class MessageStore:
         store = cls(root, clock=clock, run_id=run_id)
         store.log.create()
         store.blobs.create()
+        with contextlib.suppress(OSError):  # partial blobs of writers killed midway
+            store.blobs.clean_tmp()
         if check:
             store.log.check()
+        if store.purge_journal.exists():
+            log.warning(
+                "%s: a purge is running or was interrupted; `mailledger compact --purge`"
+                " finishes it",
+                root,
+            )
         return store
 
     def close(self) -> None:
@@ -190,15 +198,22 @@ class MessageStore:
         if self._con is None:
             if self.db_path.exists():
                 con = db.connect(self.db_path, read_only=True)
-                if projection_version(con) == PROJECTION_VERSION and (
-                    stale_ok or applied_seq(con) == self.log.last_seq()
-                ):
-                    self._con, self._con_rw = con, False
-                    return con
+                if projection_version(con) == PROJECTION_VERSION:
+                    applied = applied_seq(con)
+                    if applied == self.log.last_seq() or (stale_ok and self._lag_is_ours(applied)):
+                        self._con, self._con_rw = con, False
+                        return con
                 con.close()
             self._catch_up(self._writer())
         assert self._con is not None
         return self._con
+
+    def _lag_is_ours(self, applied: int) -> bool:
+        """True when every event the projections lack is one this store committed and
+        still holds in memory. A lag left by another process (one killed before its
+        fold, say) is not: a writer deciding from such projections would record again
+        locations that are already in the log."""
+        return bool(self._unapplied) and self._unapplied[0].column("seq")[0].as_py() <= applied + 1
 
     def _catch_up(self, con: duckdb.DuckDBPyConnection) -> None:
         seq = applied_seq(con)
@@ -237,11 +252,13 @@ class MessageStore:
         parts = []
         for f in group:
             try:
-                parts.append(pq.read_table(f.path, schema=SCHEMA))
+                table = pq.read_table(f.path, schema=SCHEMA)
+                table.validate(full=True)  # a damaged page may decode into invalid UTF-8
+                parts.append(table)
             except FileNotFoundError:
                 first, last = group[0].first, group[-1].last
                 return self.log.read(after=first - 1).slice(0, last - first + 1)
-            except (OSError, pa.ArrowException) as exc:
+            except (OSError, ValueError, pa.ArrowException) as exc:
                 # never skipped, never a bare traceback: the damaged file is named
                 raise LogIntegrityError(f"{f.path}: unreadable: {exc}") from exc
         return pa.concat_tables(parts).replace_schema_metadata(None)

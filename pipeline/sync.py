@@ -16,15 +16,18 @@ Rules (SPEC §5–6), each enforced here:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
+import random
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.config import Account, Config, InitialMode, resolve_secret
-from pipeline.imap import Envelope, FolderState, ImapSource, select_folders
+from pipeline.imap import Envelope, FolderState, ImapSource, missing_folders, select_folders
 from pipeline.ingest import Incoming, Ingest, RunCounts, worker_pool
+from pipeline.parse import synthetic_message_id
 from pipeline.store import MessageStore
 from stores.errors import MailledgerError, SourceError
 from stores.events import CursorMoved, UidvalidityChanged
@@ -66,6 +69,7 @@ class Plan:
     alarm: str | None = None
     error: str | None = None
     nothing_new: bool = False
+    reassigned: bool = False  # UIDs name other messages under the same UIDVALIDITY
 
 
 def plan_folder(
@@ -224,6 +228,7 @@ class _FolderSync:
         fr = FolderReport(folder=folder)
         self.report.folders[folder] = fr
         try:
+            self.src.ensure_connected()  # a network error in the folder before dropped it
             state = self.src.examine(folder)
             if state.uidnext is None:
                 with contextlib.suppress(SourceError):  # no UIDNEXT at all: plan without it
@@ -232,6 +237,7 @@ class _FolderSync:
             fr.uidvalidity = state.uidvalidity
             cursor = self.store.cursor(self.account.name, folder)
             plan = plan_folder(cursor, state, self.account.initial, reconcile=self.opts.reconcile)
+            plan = self._check_reassigned(folder, state, plan)
             fr.mode = plan.mode if not self.opts.mode_label or plan.mode != "delta" else "watch"
             fr.cursor_from = plan.cursor_from
             fr.cursor_to = plan.cursor_from
@@ -249,6 +255,96 @@ class _FolderSync:
             fr.error = str(exc)
             self.report.folder_errors += 1
         return fr
+
+    _SAMPLE = 5
+
+    def _check_reassigned(self, folder: str, state: FolderState, plan: Plan) -> Plan:
+        """Before a delta (or reconcile): do the UIDs we hold still name the same messages?
+
+        A server that lost its state and forced the old UIDVALIDITY back (or a
+        buggy one) can give known UIDs to other messages; a delta would then
+        skip mail for good. Up to five known UIDs (the lowest, the highest and
+        three drawn by a generator seeded with the folder and the run id, so a
+        run can be replayed and successive runs look at other UIDs) are
+        compared: Message-ID and size from an envelope, and where those differ
+        the body's sha256, so a header we read differently is never taken for
+        a reassignment. A confirmed difference raises an ALARM and turns the
+        plan into a full rescan: like a UIDVALIDITY change, the cursor's number
+        means nothing any more, and a rescan costs envelopes for what the
+        store holds and loses nothing. (Leaving the cursor alone instead would
+        stall the folder for good: no later run could tell it apart.)
+        """
+        if plan.mode not in ("delta", "reconcile") or plan.error or not plan.cursor_from:
+            return plan
+        held = self._held_sample(folder, state.uidvalidity, plan.cursor_from)
+        suspects = []
+        for env in self.src.envelopes(sorted(held)) if held else ():  # expunged: no evidence
+            mid, sha, size = held[env.uid]
+            no_id = env.message_id is None and mid == synthetic_message_id(sha)
+            if (env.message_id != mid and not no_id) or (size is not None and size != env.size):
+                suspects.append(env.uid)
+        wrong = [
+            uid
+            for uid, raw in (self.src.bodies(suspects) if suspects else {}).items()
+            if hashlib.sha256(raw).hexdigest() != held[uid][1]
+        ]
+        if not wrong:
+            return plan
+        return Plan(
+            mode="full",
+            after_uid=0,
+            cursor_from=plan.cursor_from,
+            reassigned=True,
+            alarm=(
+                f"UIDs reassigned without a UIDVALIDITY change (uidvalidity {state.uidvalidity};"
+                f" known UIDs now naming other messages: {', '.join(map(str, wrong))}):"
+                " rescanning the folder in full"
+            ),
+        )
+
+    def _held_sample(
+        self, folder: str, uidvalidity: int, last_uid: int
+    ) -> dict[int, tuple[str, str, int | None]]:
+        """``uid -> (message_id, sha256, size)`` the store holds for a sample of the
+        folder's UIDs up to ``last_uid``: the latest content seen at each UID
+        (after a rescan a UID has two), its size None when the record is gone."""
+        key = [self.account.name, folder, uidvalidity]
+        uids = [
+            r["uid"]
+            for r in self.store.query(
+                "SELECT DISTINCT uid FROM locations WHERE source = ? AND folder = ?"
+                " AND uidvalidity = ? AND uid IS NOT NULL AND uid <= ? AND NOT vanished"
+                " ORDER BY uid",
+                [*key, last_uid],
+            ).to_pylist()
+        ]
+        if not uids:
+            return {}
+        rng = random.Random(f"{self.account.name}/{folder}/{uidvalidity}/{self.store.run_id}")
+        picked = rng.sample(uids, min(self._SAMPLE - 2, len(uids)))
+        sample = sorted({uids[0], uids[-1], *picked})
+        held = {
+            r["uid"]: r
+            for r in self.store.query(
+                "SELECT l.uid, arg_max(l.message_id, l.last_seq) AS message_id,"
+                " arg_max(l.sha256, l.last_seq) AS sha256 FROM locations l"
+                " WHERE l.source = ? AND l.folder = ? AND l.uidvalidity = ?"
+                " AND l.uid IN (SELECT unnest(?)) GROUP BY l.uid",
+                [*key, sample],
+            ).to_pylist()
+        }
+        sizes = {
+            (r["message_id"], r["sha256"]): r["size"]
+            for r in self.store.query(
+                "SELECT message_id, sha256, size FROM messages WHERE message_id IN"
+                " (SELECT unnest(?))",
+                [sorted({h["message_id"] for h in held.values()})],
+            ).to_pylist()
+        }
+        return {
+            uid: (h["message_id"], h["sha256"], sizes.get((h["message_id"], h["sha256"])))
+            for uid, h in held.items()
+        }
 
     def _uids(self, state: FolderState, plan: Plan) -> list[int]:
         if plan.nothing_new:
@@ -339,7 +435,12 @@ class _FolderSync:
         fr.failed_uids = sorted(failed)
         cursor_to = self._cursor_to(plan, state, uids, failed)
         extra = []
-        if plan.cursor_from is None or plan.uidvalidity_changed or cursor_to != plan.cursor_from:
+        if (
+            plan.cursor_from is None
+            or plan.uidvalidity_changed
+            or plan.reassigned
+            or cursor_to != plan.cursor_from
+        ):
             extra.append(
                 CursorMoved(
                     run_id=self.store.run_id,
@@ -376,12 +477,17 @@ class _FolderSync:
 
         A server may drop the connection after a failed FETCH (Dovecot does), so
         every failure is followed by a fresh connection and EXAMINE; a changed
-        UIDVALIDITY on the way ends the folder (the next run rescans it).
+        UIDVALIDITY on the way ends the folder (the next run rescans it). A
+        server that stalls costs a timeout per FETCH: after two timeouts in a
+        row the folder stops (an error; what was fetched is kept) rather than
+        spend a timeout on every remaining message.
         """
         uids = [e.uid for e in chunk]
+        timeouts = 0
         try:
             return self.src.bodies(uids)
         except SourceError as exc:
+            timeouts = int(_timed_out(exc))
             log.warning(
                 "%s %s: FETCH of %d bodies failed (%s); one at a time",
                 self.account.name,
@@ -394,8 +500,15 @@ class _FolderSync:
         for uid in uids:
             try:
                 out.update(self.src.bodies([uid]))
+                timeouts = 0
             except SourceError as exc:
                 log.warning("%s %s: FETCH uid=%d failed: %s", self.account.name, folder, uid, exc)
+                timeouts = timeouts + 1 if _timed_out(exc) else 0
+                if timeouts >= _MAX_TIMEOUTS:
+                    raise SourceError(
+                        f"{self.account.name} {folder}: {timeouts} FETCHes in a row timed out"
+                        f" (the last for uid {uid}); the folder stops here, the next run goes on"
+                    ) from exc
                 failed.append(uid)
                 self._reopen(folder, state)
         return out
@@ -426,6 +539,8 @@ class _FolderSync:
             return f"stalled before failing uid {min(failed)} ({len(failed)} failed)"
         if plan.uidvalidity_changed:
             return "full rescan after UIDVALIDITY change"
+        if plan.reassigned:
+            return "full rescan: UIDs reassigned without a UIDVALIDITY change"
         if plan.mode == "new-only":
             return "first contact, new-only: start at UIDNEXT-1"
         if plan.cursor_from is None:
@@ -466,6 +581,15 @@ class _FolderSync:
             )
         fr.vanished += len(gone)
         return recorded & on_server
+
+
+_MAX_TIMEOUTS = 2
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether a source error was a read or write that timed out (a stalled server)."""
+    cause = exc.__cause__
+    return isinstance(cause, TimeoutError) or "timed out" in str(cause or "")
 
 
 def _chunks(envs: list[Envelope]) -> list[list[Envelope]]:
@@ -529,7 +653,14 @@ def _sync_account(
     try:
         secret = resolve_secret(account, env)
         with source_factory(account, secret) as src:
-            folders = select_folders(src.list_folders(), account.folders, account.exclude)
+            listed = src.list_folders()
+            folders = select_folders(listed, account.folders, account.exclude)
+            for gone in missing_folders(listed, account.folders):
+                # named in the config but not on the server: loud, never skipped quietly
+                why = f"folder {gone!r} is not on the server (deleted or renamed?); mail kept"
+                ar.folders[gone] = FolderReport(folder=gone, mode="missing", error=why)
+                ar.folder_errors += 1
+                emit(f"error {name} {gone}: {why}")
             if not folders:
                 raise SourceError(f"{name}: no folder on the server matches {account.folders}")
             for info in folders:

@@ -15,6 +15,7 @@ date keys) and the connected components of the thread graph.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -108,7 +109,10 @@ def apply(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> int:
         _set_meta(con, "applied_seq", last)
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        # a failed COMMIT (a full disk) has ended the transaction already: the
+        # ROLLBACK's own error must not hide the real one
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
         raise
     finally:
         con.unregister("_batch")

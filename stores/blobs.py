@@ -9,6 +9,7 @@ the blobs: a blob is durable before the event that names it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import hashlib
@@ -98,9 +99,14 @@ class BlobStore:
         # Unique per writer (threads of one process too): a shared name let one
         # writer truncate the file another was renaming into place.
         tmp = os.path.join(self._tmp_s, f"{sha}.{os.getpid()}.{os.urandom(6).hex()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with open(fd, "wb") as fh:  # writes every byte (os.write may write fewer)
-            fh.write(encoded)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with open(fd, "wb") as fh:  # writes every byte (os.write may write fewer)
+                fh.write(encoded)
+        except OSError as exc:  # a full disk, say: name the blob, give the space back
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise OSError(exc.errno, f"cannot write blob: {exc.strerror}", final) from exc
         os.replace(tmp, final)
         return True
 

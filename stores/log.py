@@ -12,6 +12,13 @@ rows; ``verify`` recomputes it, so a file edited behind mailledger's back is
 named. Compaction writes a merged file first and removes the small ones after;
 while both exist, readers take the file that covers the wider range, so no
 reader ever sees an event twice or misses one.
+
+``check()`` runs when a store is opened: every file must be whole (a truncated
+or damaged file is refused with its name). A file is digest-checked in full the
+first time it is met and whenever its size, mtime or inode change; files this
+code wrote itself, and files already checked, are remembered in
+``log/.checked.json`` (a cache: deleting it only makes the next open check
+everything again). ``verify()`` always checks every file in full.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -48,6 +56,7 @@ _DIGEST_KEY = b"mailledger.digest"
 _FIRST_KEY = b"mailledger.first_seq"
 _LAST_KEY = b"mailledger.last_seq"
 _VERSION_KEY = b"mailledger.schema_version"
+_CHECKED = ".checked.json"
 
 
 def table_digest(table: pa.Table) -> str:
@@ -81,6 +90,11 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _stat_key(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
 def _file_name(first: int, last: int) -> str:
     return f"{first:020d}-{last:020d}.parquet"
 
@@ -91,6 +105,10 @@ class EventLog:
     def __init__(self, root: Path, *, durable: bool = True) -> None:
         self.root = Path(root)
         self.durable = durable
+        # the writer lock is reentrant for the thread holding it (a purge appends
+        # and rewrites under one lock); other threads wait as other processes do
+        self._lock_owner: int | None = None
+        self._lock_depth = 0
 
     # -- layout -------------------------------------------------------------
     def create(self) -> None:
@@ -138,7 +156,16 @@ class EventLog:
     # -- locking ------------------------------------------------------------
     @contextlib.contextmanager
     def lock(self, timeout: float = 60.0) -> Iterator[None]:
-        """Hold the writer lock; raises LockTimeout after ``timeout`` seconds."""
+        """Hold the writer lock; raises LockTimeout after ``timeout`` seconds.
+
+        Reentrant within one thread of one ``EventLog``."""
+        if self._lock_owner == threading.get_ident():
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
         self.create()
         fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         deadline = time.monotonic() + timeout
@@ -151,7 +178,11 @@ class EventLog:
                     if time.monotonic() > deadline:
                         raise LockTimeout(f"{self.root}: writer lock held elsewhere") from None
                     time.sleep(0.02)
-            yield
+            self._lock_owner, self._lock_depth = threading.get_ident(), 1
+            try:
+                yield
+            finally:
+                self._lock_owner, self._lock_depth = None, 0
         finally:
             os.close(fd)  # closing releases the flock
 
@@ -187,15 +218,110 @@ class EventLog:
         # No ".parquet" suffix: a crashed writer's file must not match the
         # documented glob `read_parquet('log/*.parquet')` (DuckDB matches dotfiles).
         tmp = self.root / f".tmp-{first}-{last}-{os.getpid()}"
-        with open(tmp, "wb", opener=lambda p, fl: os.open(p, fl, 0o600)) as fh:
-            pq.write_table(table, fh, compression="zstd", row_group_size=max(1, table.num_rows))
-            fh.flush()
-            if self.durable:
-                os.fsync(fh.fileno())
+        try:
+            with open(tmp, "wb", opener=lambda p, fl: os.open(p, fl, 0o600)) as fh:
+                pq.write_table(
+                    table, fh, compression="zstd", row_group_size=max(1, table.num_rows)
+                )
+                fh.flush()
+                if self.durable:
+                    os.fsync(fh.fileno())
+        except BaseException as exc:
+            tmp.unlink(missing_ok=True)  # a full disk: give the space back at once
+            if isinstance(exc, OSError):
+                raise OSError(exc.errno, f"cannot write the log: {exc.strerror}", str(tmp)) from exc
+            raise
         os.replace(tmp, final)
         if self.durable:
             _fsync_dir(self.root)
+        self._note_checked([final])
         return final
+
+    # -- integrity at open ----------------------------------------------------
+    def check(self) -> None:
+        """Refuse a damaged log, naming the file (run when a store is opened).
+
+        Every listed file must exist whole; one never checked before, or whose
+        size, mtime or inode changed since, is read in full and its digest,
+        row count and seq column compared with its name. Raises LogIntegrityError.
+        """
+        for attempt in range(20):
+            try:
+                self._check_once()
+                return
+            except FileNotFoundError:
+                if attempt == 19:  # a file vanished under us again and again: damage
+                    raise LogIntegrityError(f"{self.root}: log files keep disappearing") from None
+                time.sleep(0.005)  # a compaction removed a file we listed: list again
+
+    def _check_once(self) -> None:
+        files = self.files()
+        cache = self._load_checked()
+        fresh: dict[str, list[int]] = {}
+        for f in files:
+            key = _stat_key(f.path)
+            if cache.get(f.path.name) != key:
+                problem = self.check_file(f)
+                if problem is not None:
+                    raise LogIntegrityError(problem)
+            fresh[f.path.name] = key
+        if fresh != cache:
+            self._save_checked(fresh)
+
+    def check_file(self, f: LogFile) -> str | None:
+        """What is wrong with file ``f`` (None when whole and untampered)."""
+        try:
+            pf = pq.ParquetFile(f.path)
+            meta = pf.schema_arrow.metadata or {}
+            table = pf.read()
+            table.validate(full=True)  # damaged pages may decode into invalid UTF-8
+            if table.num_rows != f.rows:
+                return f"{f.path}: holds {table.num_rows} rows, its name says {f.rows}"
+            if "seq" not in table.column_names or table.column("seq").to_pylist() != list(
+                range(f.first, f.last + 1)
+            ):
+                return f"{f.path}: seq column does not match its name"
+            digest = meta.get(_DIGEST_KEY)
+            if digest is None:
+                return f"{f.path}: no mailledger digest in its metadata"
+            if table_digest(table) != digest.decode(errors="replace"):
+                return f"{f.path}: rows do not match their digest (tampered with?)"
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            # ValueError: UnicodeDecodeError and the like from a damaged page that
+            # still decompressed; never a traceback, always the file's name
+            return f"{f.path}: unreadable: {type(exc).__name__}: {exc}"
+        return None
+
+    def _load_checked(self) -> dict[str, list[int]]:
+        try:
+            data = json.loads((self.root / _CHECKED).read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _save_checked(self, entries: dict[str, list[int]]) -> None:
+        """Replace the cache (best effort: a reader may lack the right to write)."""
+        tmp = self.root / f".tmp-checked-{os.getpid()}-{os.urandom(4).hex()}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with open(fd, "w") as fh:
+                json.dump(entries, fh)
+            os.replace(tmp, self.root / _CHECKED)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+
+    def _note_checked(self, paths: Sequence[Path]) -> None:
+        """Remember files this process wrote (and so knows whole) as checked."""
+        try:
+            entries = self._load_checked()
+            for path in paths:
+                entries[path.name] = _stat_key(path)
+        except OSError:
+            return
+        present = {f.path.name for f in self._all_files()}
+        self._save_checked({k: v for k, v in entries.items() if k in present})
 
     def _remove_leftovers(self) -> None:
         """Drop temporary files of crashed writers (only ever called under the lock)."""
@@ -235,9 +361,10 @@ class EventLog:
         for f in files:
             try:
                 t = pq.read_table(f.path, columns=cols, schema=schema)
+                t.validate(full=True)  # a damaged page may decode into invalid UTF-8
             except FileNotFoundError:
                 raise
-            except (OSError, pa.ArrowException) as exc:
+            except (OSError, ValueError, pa.ArrowException) as exc:
                 raise LogIntegrityError(f"{f.path}: unreadable: {exc}") from exc
             parts.append(t)
         table = pa.concat_tables(parts).replace_schema_metadata(None)
@@ -254,7 +381,9 @@ class EventLog:
 
     # -- maintenance --------------------------------------------------------
     def verify(self) -> list[str]:
-        """Problems found in the log (empty when it is whole and untampered)."""
+        """Problems found in the log (empty when it is whole and untampered).
+
+        Every file is read in full, whatever the open-time cache says."""
         problems: list[str] = []
         try:
             files = self.files()
@@ -262,23 +391,11 @@ class EventLog:
             return [str(exc)]
         for f in files:
             try:
-                pf = pq.ParquetFile(f.path)
-                meta = pf.schema_arrow.metadata or {}
-                table = pf.read()
-            except (OSError, pa.ArrowException) as exc:
-                problems.append(f"{f.path}: unreadable: {exc}")
-                continue
-            if table.num_rows != f.rows:
-                problems.append(f"{f.path}: holds {table.num_rows} rows, its name says {f.rows}")
-                continue
-            seqs = table.column("seq").to_pylist()
-            if seqs != list(range(f.first, f.last + 1)):
-                problems.append(f"{f.path}: seq column does not match its name")
-            digest = meta.get(_DIGEST_KEY)
-            if digest is None:
-                problems.append(f"{f.path}: no mailledger digest in its metadata")
-            elif table_digest(table) != digest.decode():
-                problems.append(f"{f.path}: rows do not match their digest (tampered with?)")
+                problem = self.check_file(f)
+            except FileNotFoundError:
+                problem = f"{f.path}: disappeared while being verified"
+            if problem is not None:
+                problems.append(problem)
         return problems
 
     def compact(self, target_rows: int = 100_000) -> tuple[int, int]:
@@ -321,22 +438,15 @@ class EventLog:
             self._remove_covered()
             return before, len(self.files())
 
-    def _read_checked(self, f: LogFile) -> pa.Table:
+    def _read_checked(self, f: LogFile, doing: str = "compacting") -> pa.Table:
         """File ``f``'s rows, refused when they no longer match its digest or name.
 
-        Compaction writes a fresh digest; merging an altered file would hide the
-        alteration from ``verify`` for good.
+        Compaction and purge write a fresh digest; rewriting an altered file
+        would hide the alteration from ``verify`` for good.
         """
-        own = pq.read_table(f.path)  # the file's own columns, as its digest saw them
-        digest = (own.schema.metadata or {}).get(_DIGEST_KEY)
-        if (
-            digest is None
-            or table_digest(own) != digest.decode()
-            or own.column("seq").to_pylist() != list(range(f.first, f.last + 1))
-        ):
-            raise LogIntegrityError(
-                f"{f.path}: rows do not match their digest or name; not compacting (run verify)"
-            )
+        problem = self.check_file(f)  # rows against their digest and the file's name
+        if problem is not None:
+            raise LogIntegrityError(f"{problem}; not {doing} (run verify)")
         return pq.read_table(f.path, schema=SCHEMA)
 
     def _remove_covered(self) -> None:
@@ -347,7 +457,11 @@ class EventLog:
                 f.path.unlink(missing_ok=True)
 
     def rewrite(self, f: LogFile, table: pa.Table) -> None:
-        """Replace file ``f`` with ``table`` (same seq range); used by a purge."""
-        if table.num_rows != f.rows:
-            raise LogIntegrityError(f"{f.path}: a rewrite must keep every event")
-        self._write(table.replace_schema_metadata(None), f.first, f.last)
+        """Replace file ``f`` with ``table`` (same seq range, every event kept) in one
+        atomic rename, with a fresh digest of the new rows; used by a purge.
+        Call it under ``lock()``."""
+        if table.num_rows != f.rows or table.column("seq").to_pylist() != list(
+            range(f.first, f.last + 1)
+        ):
+            raise LogIntegrityError(f"{f.path}: a rewrite must keep every event and its seq")
+        self._write(table.cast(SCHEMA).replace_schema_metadata(None), f.first, f.last)

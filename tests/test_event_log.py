@@ -648,7 +648,8 @@ def test_log_files_are_private(tmp_path: Path) -> None:
         os.umask(old)
     assert stat.S_IMODE(log.root.stat().st_mode) == 0o700
     names = sorted(p.name for p in log.root.iterdir())
-    assert ".lock" in names and len(names) == 3
+    # .lock, the two log files, and .checked.json (the open-time check's cache)
+    assert ".lock" in names and ".checked.json" in names and len(names) == 4
     for p in log.root.iterdir():
         assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
 
