@@ -437,9 +437,10 @@ class MessageStore:
     @_uses_db
     def delete(self, msg_id: str, *, reason: str = "", actor: str = "api") -> bool:
         """Drop a message from the store; False if it was not there."""
-        mid = normalize_msgid(msg_id) or msg_id
-        if self.get(mid) is None:
+        rec = self.get(msg_id)
+        if rec is None:
             return False
+        mid = rec["message_id"]
         self.commit(
             [
                 MessageDeleted(
@@ -478,10 +479,13 @@ class MessageStore:
     @_uses_db
     def get(self, msg_id: str) -> dict[str, Any] | None:
         """The primary record of ``msg_id`` (with or without angle brackets), or None."""
-        mid = normalize_msgid(msg_id) or msg_id
-        cur = self._reader().execute("SELECT * FROM messages WHERE message_id = ?", [mid])
-        rows = cur.fetchall()
-        if not rows:
+        con = self._reader()
+        for mid in _id_candidates(msg_id):
+            cur = con.execute("SELECT * FROM messages WHERE message_id = ?", [mid])
+            rows = cur.fetchall()
+            if rows:
+                break
+        else:
             return None
         names = [d[0] for d in cur.description]
         rec = dict(zip(names, rows[0], strict=True))
@@ -491,15 +495,12 @@ class MessageStore:
     @_uses_db
     def raw(self, msg_id: str) -> bytes:
         """The message's raw bytes, checked against its sha256."""
-        mid = normalize_msgid(msg_id) or msg_id
-        row = (
-            self._reader()
-            .execute("SELECT sha256 FROM messages WHERE message_id = ?", [mid])
-            .fetchall()
-        )
-        if not row:
-            raise NotFoundError(f"no message {msg_id!r} in the store")
-        return self.blobs.get(row[0][0])
+        con = self._reader()
+        for mid in _id_candidates(msg_id):
+            row = con.execute("SELECT sha256 FROM messages WHERE message_id = ?", [mid]).fetchall()
+            if row:
+                return self.blobs.get(row[0][0])
+        raise NotFoundError(f"no message {msg_id!r} in the store")
 
     def message(self, msg_id: str) -> EmailMessage:
         """The message parsed as an ``email.message.EmailMessage``."""
@@ -535,10 +536,13 @@ class MessageStore:
         The thread is the connected component of the reply graph, ghost nodes
         (ids never stored or since deleted) included, so gaps never split it.
         """
-        mid = normalize_msgid(msg_id) or msg_id
         con = self._reader()
-        row = con.execute("SELECT thread_id FROM thread_nodes WHERE message_id = ?", [mid])
-        found = row.fetchall()
+        found: list[Any] = []
+        for mid in _id_candidates(msg_id):
+            q = "SELECT thread_id FROM thread_nodes WHERE message_id = ?"
+            found = con.execute(q, [mid]).fetchall()
+            if found:
+                break
         if not found:
             raise NotFoundError(f"no message {msg_id!r} in the store")
         rows = con.execute(
@@ -782,6 +786,19 @@ class MessageStore:
             Path(name).unlink(missing_ok=True)
         for name in (base + ".tmp", base + ".rebuild.tmp"):
             shutil.rmtree(name, ignore_errors=True)
+
+
+def _id_candidates(msg_id: str) -> list[str]:
+    """The stored ids ``msg_id`` may mean, most likely first.
+
+    An id as the store spells it (no angle brackets, no whitespace) is tried
+    as given first: normalizing it again could change it (an id made from
+    ``<a b, c;d@x>`` is stored as ``ab,c;d@x``). Anything else is normalized.
+    """
+    norm = normalize_msgid(msg_id)
+    if msg_id and not any(c in msg_id for c in "<> \t\r\n"):
+        return [msg_id] + ([norm] if norm and norm != msg_id else [])
+    return [norm or msg_id]
 
 
 def iter_batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
