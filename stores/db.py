@@ -17,7 +17,7 @@ __all__ = ["CONFIG", "connect"]
 
 # A sync run from cron should stay small: DuckDB would otherwise size its buffer
 # pool from the machine's RAM and start a thread per core for tiny queries.
-CONFIG = {"memory_limit": "256MB", "threads": "2"}
+CONFIG = {"memory_limit": "512MB", "threads": "2"}
 
 
 def connect(path: Path, *, read_only: bool, timeout: float = 30.0) -> duckdb.DuckDBPyConnection:

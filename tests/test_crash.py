@@ -188,7 +188,18 @@ def test_an_import_killed_at_any_moment_leaves_a_whole_store_that_a_rerun_comple
     stores = 0
     store = tmp_path / f"store-{stores}"
     history: list[str] = []  # what each trial did, for the failure message
-    for trial in range(TRIALS):
+
+    def partial() -> list[str]:
+        return [
+            h
+            for h in history
+            if "killed" in h and not h.endswith((" 0", f" {source.distinct_ids}"))
+        ]
+
+    trial = -1
+    # at least TRIALS trials, and more (up to 3x) until 3 kills have landed mid-import:
+    # on a busy machine most of an import's time is interpreter start-up
+    while (trial := trial + 1) < TRIALS or (len(partial()) < 3 and trial < 3 * TRIALS):
         delay = rng.uniform(0.0, duration)
         out = tmp_path / f"trial-{trial}.out"
         proc = _spawn(store, source.root, out)
@@ -216,10 +227,7 @@ def test_an_import_killed_at_any_moment_leaves_a_whole_store_that_a_rerun_comple
     if store.exists():
         _run_import(store, source.root)
         _check_finished_store(store, source)
-    partial = [
-        h for h in history if "killed" in h and not h.endswith((" 0", f" {source.distinct_ids}"))
-    ]
-    assert len(partial) >= 3, f"too few kills landed mid-import: {history}"
+    assert len(partial()) >= 3, f"too few kills landed mid-import: {history}"
 
 
 def test_a_killed_import_leaves_no_process_behind(source: Source, tmp_path: Path) -> None:

@@ -156,8 +156,7 @@ def test_a_generated_corpus_imports_with_every_message_stored_and_honest_indices
 ) -> None:
     figs = Figures()
     problems = run_import(tmp_path, QUICK_TRIALS, SEED, figs)
-    # (`lookup:` problems: see the xfail test below)
-    assert [p for p in problems if not p.startswith("lookup:")] == []
+    assert problems == []
     assert figs.exit_code == 0 and figs.generated >= QUICK_TRIALS
     assert figs.stored == figs.generated and not figs.errors
     assert figs.loops > 0
