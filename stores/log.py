@@ -288,9 +288,10 @@ class EventLog:
                 return f"{f.path}: rows do not match their digest (tampered with?)"
         except FileNotFoundError:
             raise
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            # ValueError: UnicodeDecodeError and the like from a damaged page that
-            # still decompressed; never a traceback, always the file's name
+        except Exception as exc:
+            # a damaged page that still decompressed can fail anywhere in decoding
+            # (invalid UTF-8, a timestamp out of range...): never a traceback,
+            # always the file's name
             return f"{f.path}: unreadable: {type(exc).__name__}: {exc}"
         return None
 

@@ -99,3 +99,20 @@ def test_storage_campaign_quick_slice(tmp_path: Path) -> None:
     assert result.trials >= len(storage.CASES) - (1 if result.skipped else 0)
     if os.geteuid() == 0:
         assert not result.skipped, result.skipped
+
+
+def test_verify_names_a_file_whose_values_no_longer_decode(tmp_path: Path) -> None:
+    """Found by the campaign: a flipped byte that still decompressed gave a timestamp
+    out of range, and verify ended in an OverflowError traceback."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    s = _store(tmp_path / "s", 2)
+    path = s.log.files()[0].path
+    table = pq.read_table(path)
+    i = table.column_names.index("recorded_at")
+    huge = pa.array([2**62], pa.int64()).cast(table.schema.field(i).type)
+    pq.write_table(table.set_column(i, table.schema.field(i), huge), path)
+    with MessageStore.open(s.root, create=False, check=False) as again:
+        problems = again.log.verify()
+    assert problems and path.name in problems[0] and "unreadable" in problems[0]

@@ -38,13 +38,17 @@ from typing import Any
 __all__ = [
     "REPO",
     "Result",
+    "cli_argv",
     "cli_main",
     "dovecot_server",
     "group_pids",
     "kill_group",
+    "maildir_raws",
     "run_cli",
     "search_store",
+    "source_ids",
     "spawn_cli",
+    "stdlib_id_count",
 ]
 
 REPO = Path(__file__).resolve().parents[1]

@@ -302,7 +302,9 @@ class SyncOp(Operation):
         self.env = self.dv.password_env()
 
     def teardown(self) -> None:
-        self._dv_cm.__exit__(None, None, None)
+        cm = getattr(self, "_dv_cm", None)
+        if cm is not None:
+            cm.__exit__(None, None, None)
 
     def argv(self, store: Path) -> list[str]:
         return cli_argv(store, "sync", "--apply", "--config", str(self.config))
@@ -656,8 +658,8 @@ class OpFigures:
 
 def _run_op(op: Operation, trials: int, result: Result, figs: OpFigures) -> None:
     t_start = time.monotonic()
-    op.setup()
     try:
+        op.setup()
         # an uninterrupted run: how long it takes (process start included), and
         # when it changes the store (the window where a kill lands mid-operation)
         probe = op.fresh()
