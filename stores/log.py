@@ -9,9 +9,14 @@ assigns seq contiguously.
 
 Every file carries, in its Parquet key-value metadata, a sha256 digest of its
 rows; ``verify`` recomputes it, so a file edited behind mailledger's back is
-named. Compaction writes a merged file first and removes the small ones after;
-while both exist, readers take the file that covers the wider range, so no
-reader ever sees an event twice or misses one.
+named. The digest is ``v2:`` and hex, over a canonical form of the Arrow buffers
+(``table_digest``); files written before it carry bare hex over the rows as JSON
+(``legacy_table_digest``) and are still checked with that, until a compaction or
+purge rewrites them.
+
+Compaction writes a merged file first and removes the small ones after; while
+both exist, readers take the file that covers the wider range, so no reader
+ever sees an event twice or misses one.
 
 ``check()`` runs when a store is opened: every file must be whole (a truncated
 or damaged file is refused with its name). A file is digest-checked in full the
@@ -23,12 +28,15 @@ everything again). ``verify()`` always checks every file in full.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import re
+import struct
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -37,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from stores.errors import LockTimeout, LogIntegrityError
@@ -49,7 +58,7 @@ from stores.events import (
     events_to_table,
 )
 
-__all__ = ["EventLog", "LogFile", "table_digest"]
+__all__ = ["EventLog", "LogFile", "legacy_table_digest", "table_digest"]
 
 _NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
 _DIGEST_KEY = b"mailledger.digest"
@@ -59,8 +68,20 @@ _VERSION_KEY = b"mailledger.schema_version"
 _CHECKED = ".checked.json"
 
 
-def table_digest(table: pa.Table) -> str:
-    """A sha256 over the rows of ``table`` in a canonical, engine-independent form."""
+_V2 = "v2:"  # marks a digest of the canonical form; the first (JSON) format is bare hex
+_LITTLE = sys.byteorder == "little"
+# variable-length types: how their offsets are stored (native byte order, width)
+_VARLEN: dict[pa.DataType, tuple[str, int]] = {
+    pa.string(): ("=i", 4),
+    pa.binary(): ("=i", 4),
+    pa.large_string(): ("=q", 8),
+    pa.large_binary(): ("=q", 8),
+}
+
+
+def legacy_table_digest(table: pa.Table) -> str:
+    """The first digest format (JSON of every value), bare hex: still checks the files
+    written before ``table_digest`` replaced it; never written any more."""
     h = hashlib.sha256()
     for name in SCHEMA.names:
         if name not in table.column_names:
@@ -69,6 +90,121 @@ def table_digest(table: pa.Table) -> str:
         h.update(name.encode())
         h.update(json.dumps(values, default=str, ensure_ascii=False).encode())
     return h.hexdigest()
+
+
+def table_digest(table: pa.Table) -> str:
+    """A sha256 over the rows of ``table`` in a canonical, engine-independent form,
+    as stored in a file's metadata (``v2:`` and hex).
+
+    Computed from Arrow buffers, never value by value: an append pays for it on
+    every batch. Each column of the schema that the table has (in schema order) is
+    cast to its schema type and fed as its name and its canonical bytes (see
+    ``_feed_array``), every part prefixed with its length: the digest depends on the
+    logical values only, not on chunking, slicing, validity bitmaps or the engine
+    that wrote the file.
+    """
+    h = hashlib.sha256(b"mailledger.digest.v2\0")
+    _feed(h, table.num_rows.to_bytes(8, "little"))
+    present = set(table.column_names)
+    for field in SCHEMA:
+        if field.name not in present:
+            continue  # a column added after the file was written: not part of its digest
+        column = table.column(field.name)
+        if column.type != field.type:
+            column = column.cast(field.type)  # e.g. large_string from another writer
+        _feed(h, field.name.encode())
+        _feed_array(h, column.combine_chunks())
+    return _V2 + h.hexdigest()
+
+
+def _digest_matches(table: pa.Table, stored: bytes) -> bool:
+    """Whether ``table`` has the digest a file's metadata holds, in whichever format."""
+    text = stored.decode(errors="replace")
+    if text.startswith(_V2):
+        return table_digest(table) == text
+    return legacy_table_digest(table) == text
+
+
+def _feed(h: hashlib._Hash, data: bytes | pa.Buffer) -> None:
+    """One part of the canonical form, prefixed with its length (so parts never run
+    into each other)."""
+    view = memoryview(data)
+    h.update(view.nbytes.to_bytes(8, "little"))
+    h.update(view)
+
+
+def _int64_bytes(arr: pa.Array) -> bytes | pa.Buffer:
+    """The values of an int64 array without nulls, little-endian, slice offset applied."""
+    buf = arr.buffers()[1]
+    if buf is None:
+        return b""
+    data = buf.slice(arr.offset * 8, len(arr) * 8)
+    if _LITTLE:
+        return data
+    swapped = array.array("q", bytes(data))
+    swapped.byteswap()
+    return swapped.tobytes()
+
+
+def _lengths(lengths: pa.Array) -> bytes | pa.Buffer:
+    """Per-row lengths as int64, -1 for NULL."""
+    if lengths.null_count:
+        lengths = lengths.fill_null(-1)
+    return _int64_bytes(lengths.cast(pa.int64()))
+
+
+def _null_mask(arr: pa.Array) -> bytes | pa.Buffer:
+    """One byte per row, 1 for NULL (whether or not the array has a validity bitmap)."""
+    n, nulls = len(arr), arr.null_count
+    if nulls == 0:
+        return bytes(n)
+    if nulls == n:
+        return b"\x01" * n
+    mask = pc.is_null(arr).cast(pa.uint8())
+    return mask.buffers()[1].slice(mask.offset, n)
+
+
+def _feed_array(h: hashlib._Hash, arr: pa.Array) -> None:
+    """The canonical bytes of ``arr``: for strings and binaries the lengths (-1 NULL)
+    then the bytes of the non-NULL values; for lists the lengths then the values of
+    the non-NULL lists; for structs the NULL mask then each field (NULL where the
+    struct is); for integers, timestamps and booleans the NULL mask then the values
+    as int64 with NULL as 0. Every integer is little-endian."""
+    t, n = arr.type, len(arr)
+    if t in _VARLEN:
+        if arr.null_count == n:
+            _feed(h, b"\xff" * (8 * n))
+            _feed(h, b"")
+            return
+        _feed(h, _lengths(pc.binary_length(arr)))
+        values = arr.drop_null() if arr.null_count else arr  # a NULL's slot may hold bytes
+        _feed(h, _value_bytes(values))
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        _feed(h, _lengths(pc.list_value_length(arr)))
+        _feed_array(h, arr.flatten())  # the values of non-NULL lists, slice applied
+    elif pa.types.is_struct(t):
+        _feed(h, _null_mask(arr))
+        for child in arr.flatten():  # struct NULLs become the children's NULLs
+            _feed_array(h, child)
+    elif pa.types.is_integer(t) or pa.types.is_timestamp(t) or pa.types.is_boolean(t):
+        _feed(h, _null_mask(arr))
+        values = arr.cast(pa.int64())
+        if values.null_count:
+            values = values.fill_null(0)
+        _feed(h, _int64_bytes(values))
+    else:
+        raise TypeError(f"no canonical digest form for {t}")
+
+
+def _value_bytes(arr: pa.Array) -> bytes | pa.Buffer:
+    """The concatenated bytes of a string or binary array's values, slice applied."""
+    offsets, data = arr.buffers()[1], arr.buffers()[2]
+    if data is None or len(arr) == 0:
+        return b""
+    fmt, width = _VARLEN[arr.type]
+    (start,) = struct.unpack_from(fmt, offsets, arr.offset * width)
+    (end,) = struct.unpack_from(fmt, offsets, (arr.offset + len(arr)) * width)
+    return data.slice(start, end - start)
 
 
 @dataclass(frozen=True)
@@ -284,7 +420,7 @@ class EventLog:
             digest = meta.get(_DIGEST_KEY)
             if digest is None:
                 return f"{f.path}: no mailledger digest in its metadata"
-            if table_digest(table) != digest.decode(errors="replace"):
+            if not _digest_matches(table, digest):
                 return f"{f.path}: rows do not match their digest (tampered with?)"
         except FileNotFoundError:
             raise
@@ -370,8 +506,6 @@ class EventLog:
             parts.append(t)
         table = pa.concat_tables(parts).replace_schema_metadata(None)
         if files[0].first <= after:
-            import pyarrow.compute as pc
-
             table = table.filter(pc.greater(table.column("seq"), after))
         if drop_seq:
             table = table.drop_columns(["seq"])

@@ -663,5 +663,6 @@ def test_file_metadata_tells_its_seq_range_schema_version_and_digest(log: EventL
     assert meta is not None
     assert meta[b"mailledger.first_seq"] == b"1" and meta[b"mailledger.last_seq"] == b"5"
     assert meta[b"mailledger.schema_version"] == b"1"
-    assert len(meta[b"mailledger.digest"]) == 64
+    digest = meta[b"mailledger.digest"]  # format v2: "v2:" and a sha256 in hex
+    assert digest.startswith(b"v2:") and len(digest) == 67
     assert pc.all(pc.equal(log.read().column("type"), "message-deleted")).as_py()

@@ -115,4 +115,7 @@ def test_verify_names_a_file_whose_values_no_longer_decode(tmp_path: Path) -> No
     pq.write_table(table.set_column(i, table.schema.field(i), huge), path)
     with MessageStore.open(s.root, create=False, check=False) as again:
         problems = again.log.verify()
-    assert problems and path.name in problems[0] and "unreadable" in problems[0]
+    # the digest (v2, over Arrow buffers) decodes no value into Python, so it names
+    # the altered rows before anything trips over the timestamp
+    assert problems and path.name in problems[0]
+    assert "unreadable" in problems[0] or "digest" in problems[0]
