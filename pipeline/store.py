@@ -5,7 +5,8 @@ then the projections fold the new events); every read goes through the
 projections. A store is a directory::
 
     STORE/log/*.parquet        the events: the truth
-    STORE/blobs/ab/abcd...     raw messages by sha256, compressed: the truth
+    STORE/blobs/               raw messages by sha256, compressed (packs of many,
+                               or a file each): the truth
     STORE/projections.duckdb   derived; delete it and ``replay`` restores it
 """
 
@@ -16,6 +17,7 @@ import dataclasses
 import email
 import email.policy
 import functools
+import itertools
 import json
 import logging
 import os
@@ -31,7 +33,13 @@ import pyarrow as pa
 
 from pipeline.clock import Clock, SystemClock, new_run_id
 from pipeline.parse import ParsedMessage, parse_message
-from projections.fold import applied_seq, apply, index_key, projection_version, rebuild
+from projections.fold import (
+    applied_seq,
+    apply_chunks,
+    index_key,
+    projection_version,
+    rebuild,
+)
 from projections.normalize import index_value, normalize_header_name, normalize_msgid
 from projections.tables import PROJECTION_VERSION, fingerprint
 from stores import db
@@ -47,6 +55,10 @@ log = logging.getLogger("mailledger.store")
 
 _FORMAT = {"format": "mailledger-store", "version": 1}
 _REPLAY_CHUNK = 50_000
+# what a fold reads of the log: everything but the decoded headers (kept in the log only)
+_FOLD_COLUMNS = [name for name in SCHEMA.names if name != "headers"]
+# a deferred fold runs before the events it waits for hold this much memory
+_FOLD_BYTES = 128 << 20
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -223,13 +235,15 @@ class MessageStore:
                 f"{self.db_path}: projections are at seq {seq} but the log ends at {last}"
             )
         pending, self._unapplied = self._unapplied, []
-        if seq < last and pending and pending[0].column("seq")[0].as_py() <= seq + 1:
-            # the batches this store committed itself, still in memory: no re-read,
-            # and one fold for all of them (a fold's cost is mostly per call)
-            seq = apply(con, pa.concat_tables(pending))
         if seq < last:
-            for chunk in self._log_chunks(after=seq):
-                apply(con, chunk)
+            chunks: Iterable[pa.Table]
+            if pending and pending[0].column("seq")[0].as_py() <= seq + 1:
+                # the batches this store committed itself, still in memory: no re-read
+                after = pending[-1].column("seq")[-1].as_py()
+                chunks = itertools.chain(pending, self._log_chunks(after=after))
+            else:
+                chunks = self._log_chunks(after=seq)
+            apply_chunks(con, chunks)  # one fold for all of them: its cost is mostly per call
 
     def _rebuild(self, con: duckdb.DuckDBPyConnection) -> int:
         return rebuild(con, self._log_chunks())
@@ -252,7 +266,7 @@ class MessageStore:
         parts = []
         for f in group:
             try:
-                table = pq.read_table(f.path, schema=SCHEMA)
+                table = pq.read_table(f.path, schema=SCHEMA, columns=_FOLD_COLUMNS)
                 table.validate(full=True)  # a damaged page may decode into invalid UTF-8
                 parts.append(table)
             except FileNotFoundError:
@@ -272,8 +286,13 @@ class MessageStore:
         folds many batches at once); readers catch up by themselves meanwhile.
         """
         table = self.log.append(events, before_commit=self.blobs.flush)
-        self._unapplied.append(table)
-        if apply or sum(t.num_rows for t in self._unapplied) >= self.fold_every:
+        # kept for the next fold without the headers, which no fold reads
+        self._unapplied.append(table.select(_FOLD_COLUMNS))
+        if (
+            apply
+            or sum(t.num_rows for t in self._unapplied) >= self.fold_every
+            or sum(t.nbytes for t in self._unapplied) >= _FOLD_BYTES
+        ):
             self.catch_up()
         return table
 
@@ -356,7 +375,7 @@ class MessageStore:
             message_id=rec["message_id"],
             sha256=rec["sha256"],
             size=rec["size"],
-            headers=tuple((h["name"], h["value"]) for h in rec["headers"] or ()),
+            headers=tuple(rec["headers"]),
             date_utc=rec["date_utc"],
             date_offset_min=rec["date_offset_min"],
             from_addr=rec["from_addr"],
@@ -391,13 +410,17 @@ class MessageStore:
             ),
         )
         table = con.sql(
-            "SELECT m.message_id, m.size, m.sha256, m.headers, m.date_utc, m.date_offset_min,"
+            "SELECT m.message_id, m.seq, m.size, m.sha256, m.date_utc, m.date_offset_min,"
             ' m.from_addr, m.to_addrs, m.in_reply_to, m."references", m.list_id, m.subject,'
             " m.synthetic_id, m.defects FROM messages m"
             " JOIN (SELECT DISTINCT message_id, size FROM _q_pairs) q USING (message_id, size)"
         ).to_arrow_table()
         con.unregister("_q_pairs")
-        return {(r["message_id"], r["size"]): r for r in table.to_pylist()}
+        rows = table.to_pylist()
+        headers = self._headers_at([r["seq"] for r in rows])
+        for r in rows:
+            r["headers"] = headers.get(r.pop("seq"), ())
+        return {(r["message_id"], r["size"]): r for r in rows}
 
     @_uses_db
     def cursor(self, account: str, folder: str) -> dict[str, Any] | None:
@@ -489,8 +512,44 @@ class MessageStore:
             return None
         names = [d[0] for d in cur.description]
         rec = dict(zip(names, rows[0], strict=True))
-        rec["headers"] = [(h["name"], h["value"]) for h in rec["headers"] or ()]
+        rec["headers"] = list(self._headers_at([rec["seq"]]).get(rec["seq"], ()))
         return rec
+
+    def _headers_at(self, seqs: Sequence[int]) -> dict[int, tuple[tuple[str, str], ...]]:
+        """The decoded headers of the events at ``seqs``, read from the log files
+        that hold them (the projections keep no copy)."""
+        import bisect
+
+        import pyarrow.parquet as pq
+
+        wanted = sorted(set(seqs))
+        out: dict[int, tuple[tuple[str, str], ...]] = {}
+        for attempt in range(3):  # a compaction may merge files between listing and reading
+            files = self.log.files()
+            firsts = [f.first for f in files]
+            groups: dict[Path, list[int]] = {}
+            for seq in wanted:
+                i = bisect.bisect_right(firsts, seq) - 1
+                if i >= 0 and seq <= files[i].last:
+                    groups.setdefault(files[i].path, []).append(seq)
+            try:
+                for path, group in groups.items():
+                    table = pq.read_table(
+                        path, columns=["seq", "headers"], filters=[("seq", "in", group)]
+                    )
+                    for seq, headers in zip(
+                        table.column("seq").to_pylist(),
+                        table.column("headers").to_pylist(),
+                        strict=True,
+                    ):
+                        out[seq] = tuple((h["name"], h["value"]) for h in headers or ())
+                return out
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+            except (OSError, ValueError, pa.ArrowException) as exc:
+                raise LogIntegrityError(f"{path}: unreadable: {exc}") from exc
+        return out
 
     @_uses_db
     def raw(self, msg_id: str) -> bytes:
@@ -651,6 +710,10 @@ class MessageStore:
             con.register("_empty_events", SCHEMA.empty_table())
             con.execute("CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM _empty_events")
         con.execute(
+            "CREATE OR REPLACE TEMP VIEW message_headers AS"
+            " SELECT m.message_id, e.headers FROM messages m JOIN events e USING (seq)"
+        )
+        con.execute(
             "CREATE OR REPLACE TEMP MACRO thread(id) AS TABLE"
             " SELECT m.* FROM messages m JOIN thread_nodes n USING (message_id)"
             " WHERE n.thread_id = (SELECT thread_id FROM thread_nodes"
@@ -675,11 +738,8 @@ class MessageStore:
     def stats(self) -> dict[str, Any]:
         con = self._reader()
         one = lambda sql: con.execute(sql).fetchall()[0][0]  # noqa: E731
-        blob_count = 0
-        blob_bytes = 0
-        for sha in self.blobs.shas():
-            blob_count += 1
-            blob_bytes += self.blobs.path(sha).stat().st_size
+        blob_count = sum(1 for _ in self.blobs.shas())
+        blob_bytes = self.blobs.stored_bytes()
         log_bytes = sum(f.path.stat().st_size for f in self.log.files())
         db_bytes = self.db_path.stat().st_size if self.db_path.exists() else 0
         return {
@@ -722,6 +782,8 @@ class MessageStore:
                     self.blobs.get(sha)
                 except Exception as exc:
                     problems.append(str(exc))
+            # a pack whose index is damaged, even when every blob it still holds reads
+            problems.extend(sorted(self.blobs.damaged.values()))
         # a file, not memory: DuckDB may spill a large store's replay to disk
         scratch = self.root / "projections.verify.duckdb"
         for p in (scratch, Path(str(scratch) + ".wal")):

@@ -8,7 +8,7 @@ a batch twice changes nothing. No clock, network or file other than the
 DuckDB connection given is touched here.
 
 The fold runs as SQL over the batch registered in DuckDB (the wide columns,
-such as the decoded headers, never pass through Python); Python computes only
+such as the addresses and references, never pass through Python); Python computes only
 what the normalization rules of ``projections.normalize`` define (subject and
 date keys) and the connected components of the thread graph.
 """
@@ -16,7 +16,7 @@ date keys) and the connected components of the thread graph.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import duckdb
@@ -27,7 +27,15 @@ from projections.normalize import normalize_subject
 from projections.tables import PROJECTION_VERSION, create_indexes, create_tables
 from stores.errors import LogIntegrityError
 
-__all__ = ["KEY_SEP", "applied_seq", "apply", "index_key", "projection_version", "rebuild"]
+__all__ = [
+    "KEY_SEP",
+    "applied_seq",
+    "apply",
+    "apply_chunks",
+    "index_key",
+    "projection_version",
+    "rebuild",
+]
 
 KEY_SEP = "\x1f"
 
@@ -74,9 +82,7 @@ def rebuild(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table]) -> int:
         con.execute(f'DROP {"VIEW" if kind == "VIEW" else "TABLE"} IF EXISTS "{name}"')
     create_tables(con)
     _set_meta(con, "applied_seq", 0)
-    last = 0
-    for chunk in chunks:
-        last = apply(con, chunk)
+    last = apply_chunks(con, chunks)
     create_indexes(con)  # after the bulk load: building an index once is cheaper
     # last: a rebuild killed before this point is redone at the next open
     _set_meta(con, "projection_version", PROJECTION_VERSION)
@@ -85,28 +91,32 @@ def rebuild(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table]) -> int:
 
 def apply(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> int:
     """Fold committed events (seq order) into the tables; returns the last applied seq."""
+    return apply_chunks(con, [batch])
+
+
+def apply_chunks(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table]) -> int:
+    """Fold consecutive chunks of committed events as one batch, in one transaction.
+
+    The chunks are staged into a DuckDB table first (which spills to disk under
+    the memory limit, so a whole log can be one batch) and folded once: a fold
+    costs mostly per call and per existing row it merges with, so one fold of
+    everything pending is far cheaper than one per chunk. Events at or below the
+    applied seq are skipped; a gap before the first new event is an error.
+    """
     applied = applied_seq(con)
-    if batch.num_rows == 0:
-        return applied
-    seqs = batch.column("seq")
-    first, last = seqs[0].as_py(), seqs[-1].as_py()
-    if last <= applied:
-        return applied
-    if first > applied + 1:
-        raise LogIntegrityError(f"projections at seq {applied} cannot apply a batch from {first}")
-    if first <= applied:
-        batch = batch.filter(pc.greater(seqs, applied))
-    con.register("_batch", batch)
     con.execute("BEGIN TRANSACTION")
     try:
-        types = set(batch.column("type").unique().to_pylist())
-        if types & {_SEEN, _DELETED}:
-            _fold_messages(con, batch)
-        if types & {_SEEN, _VANISHED}:
-            _fold_locations(con)
-        if types & {_MOVED, _UIDV}:
-            _fold_cursors(con, batch)
-        _set_meta(con, "applied_seq", last)
+        last = _stage(con, chunks, applied)
+        if last > applied:
+            types = _ids(con, "SELECT DISTINCT type FROM _batch")
+            if types & {_SEEN, _DELETED}:
+                _fold_messages(con)
+            if types & {_SEEN, _VANISHED}:
+                _fold_locations(con)
+            if types & {_MOVED, _UIDV}:
+                _fold_cursors(con)
+            _set_meta(con, "applied_seq", last)
+        con.execute("DROP TABLE IF EXISTS _batch")
         con.execute("COMMIT")
     except BaseException:
         # a failed COMMIT (a full disk) has ended the transaction already: the
@@ -114,8 +124,39 @@ def apply(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> int:
         with contextlib.suppress(duckdb.Error):
             con.execute("ROLLBACK")
         raise
-    finally:
-        con.unregister("_batch")
+    return max(last, applied)
+
+
+def _stage(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table], applied: int) -> int:
+    """Copy the events after seq ``applied`` into the temp table ``_batch``; returns
+    the last seq staged (``applied`` when there is none)."""
+    last = applied
+    created = False
+    for chunk in chunks:
+        if chunk.num_rows == 0:
+            continue
+        seqs = chunk.column("seq")
+        first = seqs[0].as_py()
+        if seqs[-1].as_py() <= last:
+            continue
+        if first > last + 1:
+            raise LogIntegrityError(
+                f"projections at seq {last} cannot apply a batch from {first}"
+            )
+        if first <= last:
+            chunk = chunk.filter(pc.greater(seqs, last))
+        if "headers" in chunk.column_names:
+            chunk = chunk.drop_columns(["headers"])  # never folded: they stay in the log
+        con.register("_chunk", chunk)
+        try:
+            if created:
+                con.execute("INSERT INTO _batch BY NAME SELECT * FROM _chunk")
+            else:
+                con.execute("CREATE OR REPLACE TEMP TABLE _batch AS SELECT * FROM _chunk")
+                created = True
+        finally:
+            con.unregister("_chunk")
+        last = chunk.column("seq")[-1].as_py()
     return last
 
 
@@ -195,7 +236,7 @@ _MESSAGE_COLUMNS = (
 )
 
 
-def _fold_messages(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> None:
+def _fold_messages(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(_DECIDE)
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _removed AS SELECT message_id FROM _decide"
@@ -206,7 +247,7 @@ def _fold_messages(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> None:
         " WHERE win IS NOT NULL AND NOT (existed AND last_del IS NULL)"
     )
     removed = con.execute("SELECT count(*) FROM _removed").fetchall()[0][0]
-    wins = [r[0] for r in con.execute("SELECT seq FROM _win ORDER BY seq").fetchall()]
+    wins = con.execute("SELECT count(*) FROM _win").fetchall()[0][0]
     if not removed and not wins:
         return
     con.execute(
@@ -221,8 +262,9 @@ def _fold_messages(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> None:
         con.execute("DELETE FROM thread_edges WHERE child IN (SELECT message_id FROM _removed)")
 
     # The derived columns the normalization rules define, for the winning rows only.
-    small = batch.select(["seq", "subject", "date_utc"])
-    small = small.filter(pc.is_in(small.column("seq"), value_set=pa.array(wins, pa.int64())))
+    small = con.sql(
+        "SELECT seq, subject, date_utc FROM _batch WHERE seq IN (SELECT seq FROM _win)"
+    ).to_arrow_table()
     day, iso = date_columns(small.column("date_utc"))
     con.register(
         "_derived",
@@ -241,9 +283,7 @@ def _fold_messages(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> None:
         " FROM _batch JOIN _derived d USING (seq)"
     )
     con.unregister("_derived")
-    con.execute(
-        "INSERT INTO messages BY NAME SELECT n.*, b.headers FROM _new n JOIN _batch b USING (seq)"
-    )
+    con.execute("INSERT INTO messages BY NAME SELECT * FROM _new")
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _new_entries AS " + _ENTRIES.format(sep=KEY_SEP, src="_new")
     )
@@ -264,32 +304,46 @@ def _fold_messages(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> None:
 
 
 def _merge_header_keys(con: duckdb.DuckDBPyConnection) -> None:
-    """Each touched key's id list: the old ids less the removed, plus the new (sorted)."""
+    """Each touched key's id list: the old ids less the removed, plus the new (sorted).
+
+    Keys not in the table yet (all of them in a replay) are inserted straight from
+    the new entries; only keys already there are unnested and merged.
+    """
     con.execute(
         """
-        CREATE OR REPLACE TEMP TABLE _touched_keys AS
-        SELECT key FROM _old_entries UNION SELECT key FROM _new_entries
+        CREATE OR REPLACE TEMP TABLE _existing_keys AS
+        SELECT key FROM header_keys
+        WHERE key IN (SELECT key FROM _old_entries UNION SELECT key FROM _new_entries)
         """
     )
-    con.execute(
-        """
-        CREATE OR REPLACE TEMP TABLE _merged AS
-        WITH cur AS (
-            SELECT key, header, value, unnest(message_ids) AS message_id FROM header_keys
-            WHERE key IN (SELECT key FROM _touched_keys)
-        ), entries AS (
-            SELECT * FROM cur WHERE message_id NOT IN (SELECT message_id FROM _removed)
-            UNION SELECT key, header, value, message_id FROM _new_entries
+    if con.execute("SELECT count(*) FROM _existing_keys").fetchall()[0][0]:
+        con.execute(
+            """
+            CREATE OR REPLACE TEMP TABLE _merged AS
+            WITH cur AS (
+                SELECT key, header, value, unnest(message_ids) AS message_id FROM header_keys
+                WHERE key IN (SELECT key FROM _existing_keys)
+            ), entries AS (
+                SELECT * FROM cur WHERE message_id NOT IN (SELECT message_id FROM _removed)
+                UNION SELECT key, header, value, message_id FROM _new_entries
+                WHERE key IN (SELECT key FROM _existing_keys)
+            )
+            SELECT key, any_value(header) AS header, any_value(value) AS value,
+                   list(message_id ORDER BY message_id) AS message_ids
+            FROM entries GROUP BY key
+            """
         )
-        SELECT key, any_value(header) AS header, any_value(value) AS value,
-               list(message_id ORDER BY message_id) AS message_ids
-        FROM entries GROUP BY key
+        con.execute("DELETE FROM header_keys WHERE key IN (SELECT key FROM _existing_keys)")
+        con.execute("INSERT INTO header_keys SELECT * FROM _merged")
+        con.execute("DROP TABLE _merged")
+    con.execute(
+        """
+        INSERT INTO header_keys
+        SELECT key, any_value(header), any_value(value), list(message_id ORDER BY message_id)
+        FROM _new_entries WHERE key NOT IN (SELECT key FROM _existing_keys) GROUP BY key
         """
     )
-    con.execute("DELETE FROM header_keys WHERE key IN (SELECT key FROM _touched_keys)")
-    con.execute("INSERT INTO header_keys SELECT * FROM _merged")
-    con.execute("DROP TABLE _merged")
-    con.execute("DROP TABLE _touched_keys")
+    con.execute("DROP TABLE _existing_keys")
 
 
 _INSERT_EDGES = """
@@ -329,42 +383,45 @@ def _refresh_threads(con: duckdb.DuckDBPyConnection, affected: set[str]) -> None
         "SELECT message_id FROM messages WHERE message_id IN (SELECT id FROM _cand)"
     ).to_arrow_table()
     con.execute("DROP TABLE _cand")
-    children: list[str] = edges.column("child").to_pylist()
-    parents_: list[str] = edges.column("parent").to_pylist()
-    nodes, labels = _components(stored.column("message_id").to_pylist(), children, parents_)
+    nodes, labels = _components(
+        stored.column("message_id"), edges.column("child"), edges.column("parent")
+    )
     con.register("_nodes", pa.table({"message_id": nodes, "thread_id": labels}))
     con.execute("INSERT INTO thread_nodes SELECT message_id, thread_id FROM _nodes")
     con.unregister("_nodes")
 
 
-def _components(
-    stored: Sequence[str], children: Sequence[str], parents: Sequence[str]
-) -> tuple[list[str], list[str]]:
-    """Union-find over the edges: (nodes sorted, the smallest id of each one's component)."""
-    parent: dict[str, str] = dict(zip(stored, stored, strict=True))
-    for x in children:
-        parent.setdefault(x, x)
-    for x in parents:
-        parent.setdefault(x, x)
+def _components(stored: Any, children: Any, parents: Any) -> tuple[pa.Array, pa.Array]:
+    """Connected components of the graph whose nodes are ``stored`` and the edges'
+    ends: (the nodes sorted, the smallest id of each one's component).
 
-    def find(x: str) -> str:
-        root = x
-        while parent[root] != root:
-            root = parent[root]
-        while parent[x] != root:
-            parent[x], x = root, parent[x]
-        return root
+    Vectorized: ids become integer codes (their rank in sorted order), scipy finds
+    the components, and a component's label is the id with its smallest code.
+    Sorting is by UTF-8 bytes, which is code point order.
+    """
+    import numpy as np
 
-    for c, p in zip(children, parents, strict=True):
-        rc, rp = find(c), find(p)
-        if rc != rp:
-            # the smaller id becomes the root: the root is then the component's label
-            if rc < rp:
-                parent[rp] = rc
-            else:
-                parent[rc] = rp
-    nodes = sorted(parent)
-    return nodes, [find(n) for n in nodes]
+    def strings(values: Any) -> pa.Array:
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        return pc.cast(values, pa.large_string())
+
+    stored, children, parents = strings(stored), strings(children), strings(parents)
+    nodes = pc.unique(pa.concat_arrays([stored, children, parents]))
+    nodes = nodes.take(pc.sort_indices(nodes))
+    if len(children) == 0:
+        return nodes, nodes
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    n = len(nodes)
+    ci = pc.index_in(children, value_set=nodes).to_numpy()
+    pi = pc.index_in(parents, value_set=nodes).to_numpy()
+    graph = coo_matrix((np.ones(len(ci), np.int32), (ci, pi)), shape=(n, n))
+    _, comp = connected_components(graph, directed=False)
+    smallest = np.full(int(comp.max()) + 1, n, np.int64)
+    np.minimum.at(smallest, comp, np.arange(n, dtype=np.int64))
+    return nodes, nodes.take(pa.array(smallest[comp]))
 
 
 # -- locations ---------------------------------------------------------------
@@ -439,12 +496,11 @@ def _fold_locations(con: duckdb.DuckDBPyConnection) -> None:
 # -- sync cursors -----------------------------------------------------------
 
 
-def _fold_cursors(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> None:
-    mask = pc.is_in(batch.column("type"), value_set=pa.array([_MOVED, _UIDV]))
-    rows = batch.filter(mask).select(
-        ["seq", "type", "recorded_at", "source", "folder", "uidvalidity", "cursor_to",
-         "uidnext", "mode", "new_uidvalidity"]
-    ).to_pylist()  # fmt: skip
+def _fold_cursors(con: duckdb.DuckDBPyConnection) -> None:
+    rows = con.sql(
+        "SELECT seq, type, recorded_at, source, folder, uidvalidity, cursor_to, uidnext,"
+        f" mode, new_uidvalidity FROM _batch WHERE type IN ('{_MOVED}', '{_UIDV}') ORDER BY seq"
+    ).to_arrow_table().to_pylist()
     state: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
         key = (r["source"], r["folder"])

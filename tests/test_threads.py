@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.store import MessageStore
 from stores.errors import NotFoundError
@@ -257,3 +259,50 @@ def test_thread_macro_accepts_an_id_with_a_comment_like_walk_thread(store: Messa
     ids = store.query("select message_id from thread(' <reply@x> (a comment)')")
     assert sorted(ids.column("message_id").to_pylist()) == ["reply@x", "root@x"]
     assert sorted(store.walk_thread(" <reply@x> (a comment)")) == ["reply@x", "root@x"]
+
+
+def _reference_components(
+    stored: list[str], children: list[str], parents: list[str]
+) -> dict[str, str]:
+    """A plain union-find: each node's component labelled by its smallest id."""
+    parent = {x: x for x in [*stored, *children, *parents]}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for c, p in zip(children, parents, strict=True):
+        rc, rp = find(c), find(p)
+        if rc != rp:
+            parent[max(rc, rp)] = min(rc, rp)
+    return {x: find(x) for x in parent}
+
+
+@settings(deadline=None)  # the first example imports scipy
+@given(
+    st.lists(st.sampled_from("abcdefghij"), max_size=6),
+    st.lists(
+        st.tuples(st.sampled_from("abcdefghijklé€𝄞"), st.sampled_from("abcdefghijklé€𝄞")),
+        max_size=25,
+    ),
+)
+def test_vectorized_components_equal_a_plain_union_find(
+    stored: list[str], edges: list[tuple[str, str]]
+) -> None:
+    """The scipy-backed fold labels each node with its component's smallest id
+    (code point order, non-ASCII ids included), exactly as a textbook union-find."""
+    import pyarrow as pa
+
+    from projections.fold import _components
+
+    children = [c for c, _ in edges]
+    parents = [p for _, p in edges]
+    nodes, labels = _components(
+        pa.array(stored, pa.string()),
+        pa.array(children, pa.string()),
+        pa.array(parents, pa.string()),
+    )
+    expected = _reference_components(stored, children, parents)
+    assert nodes.to_pylist() == sorted(expected)
+    assert dict(zip(nodes.to_pylist(), labels.to_pylist(), strict=True)) == expected
