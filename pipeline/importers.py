@@ -2,7 +2,8 @@
 
 Both stream: messages are read one at a time and committed in batches, so
 memory stays flat however large the input. Re-running an import adds nothing
-for messages already on record at the same location.
+for messages already on record at the same location. A Maildir's files are
+read by the worker processes (this one only lists them); an mbox is split here.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ _NOT_MAIL_PREFIXES = (".", "dovecot", "courier", "maildirfolder", "subscriptions
 
 @contextlib.contextmanager
 def _bulk(store: MessageStore) -> Iterator[None]:
-    """An import folds its batches into the projections in large steps (a fold
-    costs scans of the existing tables, so fewer, larger folds are faster; each
-    step costs memory in proportion: 5,000 events keep an import well under 1 GiB)."""
+    """An import folds its batches into the projections in large steps: a fold
+    costs mostly per call (and each ends with a checkpoint of the database), so
+    fewer, larger folds are faster. Memory stays bounded: pending events are kept
+    without their headers and a fold also runs once they hold 128 MB
+    (``pipeline.store``), and DuckDB spills a large fold to disk."""
     saved = store.fold_every
-    store.fold_every = 5_000
+    store.fold_every = 50_000
     try:
         with store.session():
             yield
@@ -51,7 +54,12 @@ def iter_maildir(root: Path) -> Iterator[tuple[str, str, Path]]:
     ``.Sub.Folder`` spelled ``Sub.Folder``). The unique name is the file name
     without its ``:2,FLAGS`` suffix, so a flag change does not make a new location.
     """
-    root = Path(root)
+    for folder, unique, path in _maildir_files(Path(root)):
+        yield folder, unique, Path(path)
+
+
+def _maildir_files(root: Path) -> Iterator[tuple[str, str, str]]:
+    """``iter_maildir`` with the path as a string (no Path object per message)."""
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d != "tmp" and not d.startswith(".notmuch"))
         here = Path(dirpath)
@@ -62,7 +70,7 @@ def iter_maildir(root: Path) -> Iterator[tuple[str, str, Path]]:
             if not _is_mail_name(name):
                 continue
             unique = name.split(":2,", 1)[0].split("!2,", 1)[0]
-            yield folder, unique, here / name
+            yield folder, unique, os.path.join(dirpath, name)
 
 
 def import_maildir(
@@ -75,20 +83,29 @@ def import_maildir(
 ) -> RunCounts:
     """Import every message of a Maildir tree; returns the run counts.
 
-    ``workers`` processes parse and compress in parallel (0: all in this one).
+    ``workers`` processes read, parse, compress and store the messages in
+    parallel (0: all in this one); this one lists the files and commits. A file
+    that cannot be read is counted as an error with its name.
     """
     root = Path(root).resolve()
     if not root.is_dir():
         raise UsageError(f"{root}: not a directory")
     with worker_pool(workers) as pool, _bulk(store):
-        ingest = Ingest(store, f"import:maildir:{root}", batch_size=batch_size, pool=pool)
-        for n, (folder, unique, path) in enumerate(iter_maildir(root), 1):
+        # no message bytes are held here: batches can wait for their commit while
+        # the workers prepare the next ones (they go on while this process folds)
+        ingest = Ingest(
+            store,
+            f"import:maildir:{root}",
+            batch_size=batch_size,
+            pool=pool,
+            lookahead=3,
+        )
+        for n, (folder, unique, path) in enumerate(_maildir_files(root), 1):
             try:
-                raw = path.read_bytes()
-            except OSError as exc:
-                ingest.error(str(path), f"unreadable: {exc.strerror or exc}")
-                continue
-            ingest.offer(Incoming(raw=raw, folder=folder, uidl=unique))
+                size = os.stat(path).st_size  # bounds the batch (batch_bytes)
+            except OSError:
+                size = 0  # the reader names the error
+            ingest.offer(Incoming(raw=b"", folder=folder, uidl=unique, path=path, size=size))
             if progress is not None:
                 progress(n)
         ingest.flush()

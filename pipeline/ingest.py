@@ -1,31 +1,37 @@
 """Recording messages from any source in batches, with the run accounting of SPEC §6.
 
-Sources (importers, fetchers) hand ``Ingest`` raw messages with their location;
-it decides per message whether the body must be written, whether the Message-ID
-is new, a duplicate, or already held from another source, writes blobs, and
+Sources (importers, fetchers) hand ``Ingest`` raw messages (or the paths of
+files holding them) with their location; it decides per message whether the
+Message-ID is new, a duplicate, or already held from another source, and
 commits ``message-seen`` events in batches. Decisions for a whole batch cost a
-few queries, never one per message.
+few queries, never one per message. Reading, parsing, compressing and writing
+the blobs is ``prepare``'s work, done by worker processes when there is a pool.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
 from pipeline.parse import ParsedMessage, parse_message
-from pipeline.store import MessageStore
-from stores.blobs import encode_blob
+from pipeline.store import MessageStore, _uses_db
+from stores.blobs import BlobStore, encode_blob
 from stores.events import Event
 
-__all__ = ["Incoming", "Ingest", "RunCounts", "prepare", "worker_pool"]
+__all__ = ["Incoming", "Ingest", "Prepared", "RunCounts", "prepare", "worker_pool"]
+
+log = logging.getLogger("mailledger.ingest")
 
 
 @dataclass
@@ -69,7 +75,11 @@ class RunCounts:
 
 @dataclass(frozen=True)
 class Incoming:
-    """One raw message and where a source showed it to us."""
+    """One raw message and where a source showed it to us.
+
+    ``path``: the file holding the message, read by ``prepare`` (``raw`` is then
+    unused and ``size``, the file's size when it was listed, bounds the batch).
+    """
 
     raw: bytes
     folder: str
@@ -78,11 +88,22 @@ class Incoming:
     uid: int | None = None
     internal_date: datetime | None = None
     message_id: str | None = None  # overrides the parsed id (legacy UIDL import)
+    path: str | None = None
+    size: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.size if self.path is not None else len(self.raw)
+
+    @property
+    def where(self) -> tuple[Any, ...]:
+        return (self.folder, self.uidvalidity, self.uid, self.uidl)
 
 
 @contextlib.contextmanager
 def worker_pool(workers: int) -> Iterator[Executor | None]:
-    """Processes that parse and compress while this one writes (None for 0 workers).
+    """Processes that read, parse, compress and store messages while this one
+    commits (None for 0 workers).
 
     forkserver, not fork: this process may hold DuckDB threads and locks that a
     forked child must not inherit.
@@ -92,10 +113,17 @@ def worker_pool(workers: int) -> Iterator[Executor | None]:
         return
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["pipeline.ingest"])
-    with ProcessPoolExecutor(
+    pool = ProcessPoolExecutor(
         max_workers=workers, mp_context=ctx, initializer=_watch_parent, initargs=(os.getpid(),)
-    ) as pool:
+    )
+    try:
         yield pool
+    except BaseException:
+        # the run failed (a full disk, say): chunks still queued would only write
+        # more blobs that no event will name
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def _watch_parent(pid: int) -> None:
@@ -117,28 +145,159 @@ def _watch_parent(pid: int) -> None:
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
-def prepare(raws: Sequence[bytes]) -> list[tuple[ParsedMessage, bytes]]:
-    """Parse each message and encode its blob: the CPU-bound part of an ingest,
-    pure so that worker processes can run it."""
-    return [(parse_message(raw), encode_blob(raw)) for raw in raws]
+class Prepared(NamedTuple):
+    """What ``prepare`` made of one message."""
+
+    parsed: ParsedMessage | None  # None: the file could not be read (see error)
+    written: bool  # this call wrote the blob: its bytes were new
+    blob: bytes | None = None  # the encoded blob, left for the committing process to write
+    error: str | None = None
+
+
+_blob_stores: dict[str, BlobStore] = {}
+
+
+def _blobs_at(root: str) -> BlobStore:
+    """This process's writer for the blob store at ``root`` (kept for its cache of
+    shard directories; one store at a time)."""
+    blobs = _blob_stores.get(root)
+    if blobs is None:
+        _blob_stores.clear()
+        blobs = _blob_stores[root] = BlobStore(Path(root))
+    return blobs
+
+
+def prepare(
+    items: Sequence[bytes | str],
+    blobs_root: str,
+    held: Mapping[int, frozenset[str]] | None = None,
+) -> list[Prepared]:
+    """Read (an item that is a path), parse, compress and store each message: the
+    costly part of an ingest, run by worker processes when there is a pool.
+
+    A blob already stored is not compressed again. The blob of item ``i`` whose
+    sha256 is in ``held[i]`` is not written but returned encoded: its location
+    is on record for a message since deleted, and only the committing process
+    knows whether it may come back (see ``Ingest._commit``). A file that cannot
+    be read is returned with its ``error``; a blob that cannot be written (a full
+    disk) raises the OSError naming it.
+    """
+    blobs = _blobs_at(blobs_root)
+    blobs.refresh()
+    out: list[Prepared] = []
+    new: list[tuple[int, str, bytes]] = []  # (position in out, sha256, encoded blob)
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            try:
+                with open(item, "rb") as fh:
+                    raw = fh.read()
+            except OSError as exc:
+                out.append(Prepared(None, False, error=f"unreadable: {exc.strerror or exc}"))
+                continue
+        else:
+            raw = item
+        p = parse_message(raw)
+        if held is not None and p.sha256 in held.get(i, ()):
+            out.append(Prepared(p, False, encode_blob(raw)))
+        elif blobs.holds(p.sha256):
+            out.append(Prepared(p, False))
+        else:
+            new.append((len(out), p.sha256, encode_blob(raw)))
+            out.append(Prepared(p, False))
+    # the chunk's new blobs go into one pack: one file, not one per message
+    written = blobs.put_many((sha, blob) for _, sha, blob in new)
+    for at, sha, _ in new:
+        if sha in written:
+            written.discard(sha)  # a second copy in the chunk finds it written
+            out[at] = out[at]._replace(written=True)
+    return out
 
 
 class _Done:
-    """A finished result with the interface of a Future (no pool in use)."""
+    """A finished call with the interface of a Future (no pool in use): like a
+    worker's, its exception is raised by ``result()``, when the batch commits."""
 
-    def __init__(self, value: list[tuple[ParsedMessage, bytes]]) -> None:
-        self._value = value
+    def __init__(self, fn: Callable[..., list[Prepared]], *args: Any) -> None:
+        self._exc: Exception | None = None
+        self._value: list[Prepared] = []
+        try:
+            self._value = fn(*args)
+        except Exception as exc:
+            self._exc = exc
 
-    def result(self) -> list[tuple[ParsedMessage, bytes]]:
+    def result(self) -> list[Prepared]:
+        if self._exc is not None:
+            raise self._exc
         return self._value
+
+
+@_uses_db
+def _deleted_contents(store: MessageStore, source: str) -> dict[tuple[Any, ...], set[str]]:
+    """(folder, uidvalidity, uid, uidl) -> sha256s on record at that location of
+    ``source`` for a message no longer stored (deleted, perhaps purged)."""
+    rows = (
+        store._reader(stale_ok=True)
+        .execute(
+            "SELECT folder, uidvalidity, uid, uidl, sha256 FROM locations l WHERE source = ?"
+            " AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.message_id = l.message_id)",
+            [source],
+        )
+        .fetchall()
+    )
+    out: dict[tuple[Any, ...], set[str]] = {}
+    for folder, uidvalidity, uid, uidl, sha in rows:
+        out.setdefault((folder, uidvalidity, uid, uidl), set()).add(sha)
+    return out
+
+
+@_uses_db
+def _held_shas(store: MessageStore, shas: list[str]) -> set[str]:
+    """Those of ``shas`` a stored message holds (at any location of any source)."""
+    con = store._reader(stale_ok=True)  # (what this run committed itself is known)
+    con.register("_q_sha", pa.table({"sha": pa.array(shas, pa.string())}))
+    try:
+        rows = con.execute(
+            "SELECT DISTINCT sha256 FROM locations WHERE sha256 IN (SELECT sha FROM _q_sha)"
+            " AND message_id IN (SELECT message_id FROM messages)"
+        ).fetchall()
+    finally:
+        con.unregister("_q_sha")
+    return {r[0] for r in rows}
 
 
 class Ingest:
     """Batching writer of ``message-seen`` events for one source.
 
-    Messages are prepared (parsed, compressed) in chunks, by ``workers``
-    processes when given, while this process writes blobs and commits: the
-    work of one batch overlaps the commit of the one before.
+    Messages are prepared (read, parsed, compressed, their blobs written) in
+    chunks, by ``workers`` processes when given, while this process decides and
+    commits: the work of one batch overlaps the commit of the one before.
+
+    Blobs written by other processes, and their races:
+
+    - Durability: a worker's writes have returned before its result reaches
+      ``_commit``, which then marks the blob store dirty; the log's commit runs
+      ``BlobStore.flush()`` (one ``syncfs``, which covers pages any process wrote)
+      before the events naming them become visible. A blob found already there
+      counts the same: it may be a crashed writer's unflushed file.
+    - Erased messages: a location on record whose message is deleted must not
+      get its blob back. The sha256s of such locations of this source are read
+      once, before the first chunk goes out (``_deleted``), and sent with each
+      chunk for its items' locations: those blobs come back encoded and this
+      process decides exactly as it always did. A message deleted (and purged)
+      by another process after that snapshot may have its blob written by a
+      worker anyway: ``_commit`` notices (its rule says "do not write", the
+      worker says "written"), and the blob is erased at ``flush`` unless an event
+      of this run or a stored message names it by then. Only a third process
+      storing the same content in that instant remains exposed: the documented
+      race of a purge with a concurrent import of the very same content.
+    - Counting: two chunks in flight at once may both find a blob absent and
+      both write it; only the first of them in commit order counts its bytes as
+      new (``_fresh``), as with one writer. With ``lookahead`` K, the chunks of
+      batch B are submitted only after batch B-K-1 committed (all its chunks
+      done), so B's chunks overlap those of B-K..B+K at most: ``_fresh`` keeps the
+      blobs counted by the K batches committed before.
+    - Other processes writing the same blob: unique temporary names (pid and
+      random), ``O_EXCL``, and an atomic rename of identical bytes, as before.
     """
 
     _CHUNK = 128
@@ -152,10 +311,14 @@ class Ingest:
         batch_bytes: int = 32 << 20,
         network: bool = False,
         pool: Executor | None = None,
+        lookahead: int = 1,
     ) -> None:
         """``network``: bodies were downloaded (each counts as fetched); otherwise
         read from local files (a body counts as fetched only when its bytes are new).
-        ``pool``: an executor that runs ``prepare`` (None: in this process)."""
+        ``pool``: an executor that runs ``prepare`` (None: in this process).
+        ``lookahead``: sealed batches left to the workers before the oldest is
+        committed; more keep the workers busy while this process folds, each
+        holds its messages' raw bytes here (none for messages given by path)."""
         self.store = store
         self.source = source
         self.network = network
@@ -163,15 +326,24 @@ class Ingest:
         self.batch_size = batch_size
         self.batch_bytes = batch_bytes
         self.counts = RunCounts()
+        self._blobs_root = str(store.blobs.root)
+        self._deleted: dict[tuple[Any, ...], set[str]] | None = None
+        self._lookahead = max(1, lookahead)
+        # blobs counted as written by the last batches committed (see above)
+        self._fresh: deque[set[str]] = deque(maxlen=self._lookahead)
+        self._unwanted: set[str] = set()  # see the class docstring: erased at flush
         self._chunk: list[Incoming] = []
         self._chunks: list[tuple[list[Incoming], Any]] = []
         self._queued = 0
         self._queued_bytes = 0
         self._known: list[tuple[dict[str, Any], Incoming]] = []
-        self._sealed: tuple[list[tuple[list[Incoming], Any]], list[Any]] | None = None
+        self._sealed: deque[tuple[list[tuple[list[Incoming], Any]], list[Any]]] = deque()
         # what this run has recorded: later batches are decided without waiting
         # for earlier ones to reach the projections
         self._owners: dict[str, str] = {}
+        # ids counted at a location on record for them after their delete, with no
+        # event (yet): their bytes stay unwritten at any other such location too
+        self._ghosts: set[str] = set()
         self._locs: set[tuple[Any, ...]] = set()
         self._shas: set[str] = set()
 
@@ -181,11 +353,16 @@ class Ingest:
         self.counts.errors += 1
         self.counts.error_details.append(f"{where}: {reason}")
 
+    def _unreadable(self, where: str, reason: str) -> None:
+        """An offered message (already seen) that ``prepare`` could not read."""
+        self.counts.errors += 1
+        self.counts.error_details.append(f"{where}: {reason}")
+
     def offer(self, item: Incoming) -> None:
         self.counts.uids_seen += 1
         self._chunk.append(item)
         self._queued += 1
-        self._queued_bytes += len(item.raw)
+        self._queued_bytes += item.nbytes
         if len(self._chunk) >= self._CHUNK:
             self._submit()
         if self._queued >= self.batch_size or self._queued_bytes >= self.batch_bytes:
@@ -207,33 +384,56 @@ class Ingest:
         chunk, self._chunk = self._chunk, []
         if not chunk:
             return
-        raws = [it.raw for it in chunk]
-        fut = self.pool.submit(prepare, raws) if self.pool is not None else _Done(prepare(raws))
+        if self._deleted is None:
+            self._deleted = _deleted_contents(self.store, self.source)
+        deleted = self._deleted
+        held = (
+            {i: frozenset(s) for i, it in enumerate(chunk) if (s := deleted.get(it.where))}
+            if deleted
+            else None
+        )
+        work = [it.path if it.path is not None else it.raw for it in chunk]
+        args = (work, self._blobs_root, held or None)
+        fut = self.pool.submit(prepare, *args) if self.pool is not None else _Done(prepare, *args)
         self._chunks.append((chunk, fut))
 
     def _seal(self) -> None:
-        """Close the current batch. The batch sealed before it is committed now,
-        while the workers still prepare this one: commits overlap parsing."""
+        """Close the current batch. The oldest sealed batch is committed once more
+        than ``lookahead`` wait, while the workers prepare the later ones: commits
+        overlap parsing."""
         self._submit()
-        batch = (self._chunks, self._known)
+        self._sealed.append((self._chunks, self._known))
         self._chunks, self._known = [], []
         self._queued = self._queued_bytes = 0
-        previous, self._sealed = self._sealed, batch
-        if previous is not None:
-            self._commit(*previous)
+        while len(self._sealed) > self._lookahead:
+            self._commit(*self._sealed.popleft())
 
     def flush(self, extra: Sequence[Event] = ()) -> None:
         """Commit everything offered so far (with ``extra`` events after it) and fold
         it into the projections."""
         self._submit()
-        previous, self._sealed = self._sealed, None
-        if previous is not None:
-            self._commit(*previous)
+        while self._sealed:
+            self._commit(*self._sealed.popleft())
         chunks, known = self._chunks, self._known
         self._chunks, self._known = [], []
         self._queued = self._queued_bytes = 0
         self._commit(chunks, known, extra)
         self.store.catch_up()
+        if self._unwanted:
+            self._drop_unwanted()
+
+    def _drop_unwanted(self) -> None:
+        """Erase the blobs workers wrote for messages deleted after ``_deleted`` was
+        read (see the class docstring), unless a stored message holds them now."""
+        unwanted, self._unwanted = sorted(self._unwanted), set()
+        try:
+            keep = _held_shas(self.store, unwanted)
+        except Exception as exc:  # (the projections are busy): never erase in doubt
+            log.warning("%d blobs of deleted messages left in place (%s)", len(unwanted), exc)
+            return
+        for sha in unwanted:
+            if sha not in keep:
+                self.store.blobs.delete(sha)
 
     def _commit(
         self,
@@ -241,9 +441,9 @@ class Ingest:
         known: list[tuple[dict[str, Any], Incoming]],
         extra: Sequence[Event] = (),
     ) -> None:
-        """Decide, write blobs, commit one batch."""
+        """Decide, write the blobs left to this process, commit one batch."""
         items: list[Incoming] = []
-        prepared: list[tuple[ParsedMessage, bytes]] = []
+        prepared: list[Prepared] = []
         for chunk, fut in chunks:
             items.extend(chunk)
             prepared.extend(fut.result())
@@ -252,29 +452,52 @@ class Ingest:
                 self.store.commit(list(extra), apply=False)
                 self.counts.events += len(extra)
             return
-        parsed = [
-            _with_id(p, it.message_id) if it.message_id is not None else p
-            for it, (p, _) in zip(items, prepared, strict=True)
-        ]
+        fresh_before = list(self._fresh)
+        fresh: set[str] = set()
+        self._fresh.append(fresh)
+        c = self.counts
+        read: list[tuple[Incoming, ParsedMessage, Prepared]] = []
+        for it, r in zip(items, prepared, strict=True):
+            if r.parsed is None:
+                self._unreadable(it.path or "?", r.error or "unreadable")
+            else:
+                p = r.parsed
+                if it.message_id is not None:
+                    p = _with_id(p, it.message_id)
+                read.append((it, p, r))
         self._lookup(
-            [p.message_id for p in parsed] + [r["message_id"] for r, _ in known],
-            [p.sha256 for p in parsed] + [r["sha256"] for r, _ in known],
+            [p.message_id for _, p, _ in read] + [r["message_id"] for r, _ in known],
+            [p.sha256 for _, p, _ in read] + [r["sha256"] for r, _ in known],
         )
+        if read:
+            # written or found by prepare (perhaps in a worker): flushed before the commit
+            self.store.blobs.mark_dirty()
         known_locs = self._locs
         events: list[Event] = []
-        c = self.counts
-        for it, p, (_, blob) in zip(items, parsed, prepared, strict=True):
+        for it, p, r in read:
             c.processed += 1
-            c.bytes_read += len(it.raw)
+            c.bytes_read += p.size
             if p.defects:
                 c.malformed += 1
             key = (it.folder, it.uidvalidity, it.uid, it.uidl, p.sha256)
-            if key in known_locs and p.message_id not in self._owners:
+            if key in known_locs and (
+                p.message_id not in self._owners or p.message_id in self._ghosts
+            ):
                 # on record at this location, and deleted since (perhaps purged): no
                 # event will name these bytes, so they must not come back as a blob
                 written = False
+                self._ghosts.add(p.message_id)
+                if r.written:  # deleted after the snapshot the worker went by
+                    self._unwanted.add(p.sha256)
             else:
-                written = self.store.blobs.put_encoded(p.sha256, blob)
+                self._unwanted.discard(p.sha256)
+                if r.blob is not None:
+                    written = self.store.blobs.put_encoded(p.sha256, r.blob)
+                else:
+                    written = r.written and p.sha256 not in fresh
+                    written = written and not any(p.sha256 in f for f in fresh_before)
+                if written:
+                    fresh.add(p.sha256)
             if written or self.network:
                 c.bodies_fetched += 1
             else:
@@ -283,6 +506,7 @@ class Ingest:
             if key in known_locs:
                 continue  # this very location and content are on record already
             known_locs.add(key)
+            self._ghosts.discard(p.message_id)  # stored again: an event names it
             events.append(
                 self.store.seen_event(
                     p,
@@ -297,6 +521,7 @@ class Ingest:
         for rec, it in known:
             c.processed += 1
             c.known_skipped += 1
+            self._unwanted.discard(rec["sha256"])
             self._count_owner(rec["message_id"])
             key = (it.folder, it.uidvalidity, it.uid, it.uidl, rec["sha256"])
             if key in known_locs:

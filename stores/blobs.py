@@ -1,7 +1,18 @@
 """Raw messages, content-addressed by sha256 and compressed, under ``blobs/``.
 
-A blob is written to a temporary name and renamed into place, so a crash never
-leaves a partial blob under its final name. Durability is bought once per batch
+Two layouts, both always read:
+
+- ``blobs/ab/abcd...``: one file per blob (single writes: ``put``);
+- ``blobs/packs/*.pack``: many blobs in one file (bulk writes: ``put_many``, what
+  imports and syncs use). Creating a file costs far more than writing its bytes
+  on many file systems (about 0.4 ms an inode on the ext4 this was measured on:
+  40 s for 100,000 messages), so a batch of blobs is one file. A pack is a run
+  of self-describing records (``MLR1``, sha256, length, encoded blob) followed
+  by an index of them with a checksum; a pack whose index is damaged is read by
+  scanning its records, so damage costs the blobs it touches, not the pack.
+
+Every file is written to a temporary name and renamed into place, so a crash
+never leaves a partial blob or pack under its final name. Durability is bought once per batch
 with ``flush()`` (one ``syncfs`` of the store's file system instead of one fsync
 per message), and the event log calls it before it commits the events that name
 the blobs: a blob is durable before the event that names it.
@@ -15,18 +26,30 @@ import ctypes.util
 import hashlib
 import os
 import struct
-from collections.abc import Iterator
+import time
+import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
 
 from stores.errors import BlobIntegrityError, NotFoundError
 
-__all__ = ["BlobStore", "encode_blob", "sha256_hex"]
+__all__ = ["BlobStore", "encode_blob", "pack_records", "sha256_hex"]
 
 _MAGIC = b"MLB1"
 _HEADER = struct.Struct(">4sBQ")  # magic, codec (0 raw, 1 zstd), original size
 _RAW, _ZSTD = 0, 1
+
+# packs: records, then the index, then the trailer
+_RECORD = struct.Struct(">4s32sQ")  # b"MLR1", sha256 (raw), length of the encoded blob
+_RECORD_MAGIC = b"MLR1"
+_ENTRY = struct.Struct(">32sQQ")  # sha256 (raw), offset of the encoded blob, its length
+_TRAILER = struct.Struct(">4sIIQ")  # b"MLPX", entries, crc32 of the index, index offset
+_TRAILER_MAGIC = b"MLPX"
+_PACKS = "packs"
+
+Location = tuple[str, int, int]  # pack file name, offset, length
 
 
 def sha256_hex(data: bytes) -> str:
@@ -65,6 +88,11 @@ class BlobStore:
         self._tmp_s = str(self._tmp)
         self._shards: set[str] = set()
         self._dirty = False
+        self._packs = self.root / _PACKS
+        self._index: dict[str, list[Location]] = {}  # sha256 -> where packs hold it
+        self._pack_names: set[str] = set()
+        self._packs_seen: tuple[int, int] | None = None  # the directory's (mtime, size)
+        self.damaged: dict[str, str] = {}  # pack name -> what is wrong with it
 
     def create(self) -> None:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -74,40 +102,198 @@ class BlobStore:
         return self.root / sha[:2] / sha
 
     def has(self, sha: str) -> bool:
-        return os.path.exists(os.path.join(self._root_s, sha[:2], sha))
+        if os.path.exists(os.path.join(self._root_s, sha[:2], sha)):
+            return True
+        return bool(self._locate(sha))
+
+    def holds(self, sha: str) -> bool:
+        """``has`` without looking for packs written since the last ``refresh``."""
+        return sha in self._index or os.path.exists(self.path(sha))
+
+    # -- packs ------------------------------------------------------------------
+    def _locate(self, sha: str) -> list[Location]:
+        """Where packs hold ``sha`` (the directory is re-read when it changed)."""
+        where = self._index.get(sha)
+        if not where and self.refresh():
+            where = self._index.get(sha)
+        return where or []
+
+    def refresh(self) -> bool:
+        """Learn the packs written (or removed) since the last look; True if any."""
+        try:
+            st = os.stat(self._packs)
+        except FileNotFoundError:
+            return False
+        # a directory changed within the last second may change again under the
+        # same coarse mtime: look at it again until it has been still for a while
+        seen = (st.st_mtime_ns, st.st_size)
+        if seen == self._packs_seen and time.time_ns() - st.st_mtime_ns > 2_000_000_000:
+            return False
+        names = {n for n in os.listdir(self._packs) if n.endswith(".pack")}
+        self._packs_seen = seen
+        if names == self._pack_names:
+            return False
+        for gone in self._pack_names - names:
+            self._forget(gone)
+        for name in sorted(names - self._pack_names):
+            try:
+                entries = self._read_index(name)
+            except FileNotFoundError:  # removed since the listing (a purge rewrote it)
+                names.discard(name)
+                continue
+            for sha, off, length in entries:
+                self._index.setdefault(sha, []).append((name, off, length))
+        self._pack_names = names
+        return True
+
+    def _forget(self, name: str) -> None:
+        for sha in [s for s, where in self._index.items() if any(w[0] == name for w in where)]:
+            rest = [w for w in self._index[sha] if w[0] != name]
+            if rest:
+                self._index[sha] = rest
+            else:
+                del self._index[sha]
+        self.damaged.pop(name, None)
+
+    def _read_index(self, name: str) -> list[tuple[str, int, int]]:
+        """(sha256, offset, length) of each blob of pack ``name``: from its index,
+        or, when the index is damaged, by scanning its records."""
+        path = self._packs / name
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size >= _TRAILER.size:
+                fh.seek(size - _TRAILER.size)
+                magic, count, crc, at = _TRAILER.unpack(fh.read(_TRAILER.size))
+                if magic == _TRAILER_MAGIC and at + count * _ENTRY.size == size - _TRAILER.size:
+                    fh.seek(at)
+                    raw = fh.read(count * _ENTRY.size)
+                    if zlib.crc32(raw) == crc:
+                        return [
+                            (sha.hex(), off, length)
+                            for sha, off, length in _ENTRY.iter_unpack(raw)
+                        ]
+            fh.seek(0)
+            data = fh.read()
+        return self._scan(name, data)
+
+    def _scan(self, name: str, data: bytes) -> list[tuple[str, int, int]]:
+        """The records of a pack whose index is damaged or missing, read in order
+        up to the first damaged one (the damage is kept in ``damaged``)."""
+        out = list(pack_records(data))
+        at = out[-1][1] + out[-1][2] if out else 0
+        self.damaged[name] = (
+            f"{self._packs / name}: index damaged or pack cut short; {len(out)} blobs"
+            f" read by scanning its records up to byte {at} of {len(data)}"
+        )
+        return out
+
+    def put_many(self, blobs: Iterable[tuple[str, bytes]]) -> set[str]:
+        """Store encoded blobs (sha256, ``encode_blob`` output) in one new pack;
+        returns the shas written (those not already stored, each once)."""
+        self.refresh()
+        records: list[tuple[str, bytes]] = []
+        fresh: set[str] = set()
+        for sha, encoded in blobs:
+            if sha in fresh or self.holds(sha):
+                continue
+            fresh.add(sha)
+            records.append((sha, encoded))
+        self._dirty = True  # found ones may be a crashed writer's: flush them too
+        if records:
+            self._write_pack(records)
+        return fresh
+
+    def _write_pack(self, records: list[tuple[str, bytes]]) -> str:
+        parts: list[bytes] = []
+        entries: list[bytes] = []
+        at = 0
+        for sha, encoded in records:
+            raw_sha = bytes.fromhex(sha)
+            head = _RECORD.pack(_RECORD_MAGIC, raw_sha, len(encoded))
+            parts += (head, encoded)
+            entries.append(_ENTRY.pack(raw_sha, at + len(head), len(encoded)))
+            at += len(head) + len(encoded)
+        index = b"".join(entries)
+        parts += (index, _TRAILER.pack(_TRAILER_MAGIC, len(entries), zlib.crc32(index), at))
+        pid = os.getpid()
+        name = f"{time.time_ns():020d}-{pid}-{os.urandom(4).hex()}.pack"
+        final = os.path.join(self._packs, name)
+        tmp = os.path.join(self._tmp_s, f"pack.{pid}.{os.urandom(6).hex()}")
+        try:
+            os.makedirs(self._packs, mode=0o700, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with open(fd, "wb") as fh:
+                fh.writelines(parts)
+            os.replace(tmp, final)
+        except OSError as exc:  # a full disk, say: name the pack, give the space back
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise OSError(exc.errno, f"cannot write blobs: {exc.strerror}", final) from exc
+        for sha, off, length in (_ENTRY.unpack(e) for e in entries):
+            self._index.setdefault(sha.hex(), []).append((name, off, length))
+        self._pack_names.add(name)
+        self._dirty = True
+        return name
+
+    def location(self, sha: str) -> tuple[Path, int, int] | None:
+        """(file, offset, length) of blob ``sha``'s encoded bytes, or None."""
+        legacy = self.path(sha)
+        if legacy.exists():
+            return legacy, 0, legacy.stat().st_size
+        where = self._locate(sha)
+        if not where:
+            return None
+        name, off, length = where[0]
+        return self._packs / name, off, length
 
     def put(self, data: bytes, sha: str | None = None) -> tuple[str, bool]:
-        """Store ``data``; returns (sha256, True if new bytes were written)."""
+        """Store ``data``; returns (sha256, True if new bytes were written).
+
+        The blob is looked for first: data already stored is not compressed again.
+        """
         sha = sha or sha256_hex(data)
+        # Maybe written by a writer that crashed before its flush: the event we are
+        # about to commit names it, so it must be made durable too.
+        self._dirty = True
         if self.has(sha):
-            # Maybe written by a writer that crashed before its flush: the event
-            # we are about to commit names it, so it must be made durable too.
-            self._dirty = True
             return sha, False
-        return sha, self.put_encoded(sha, encode_blob(data))
+        return sha, self._write(sha, encode_blob(data))
 
     def put_encoded(self, sha: str, encoded: bytes) -> bool:
         """Store a blob already encoded by ``encode_blob``; True if it was new."""
+        self._dirty = True  # a blob already there may be a crashed writer's: flush it too
+        if self.has(sha):
+            return False
+        return self._write(sha, encoded)
+
+    def mark_dirty(self) -> None:
+        """Blobs were written (or found) by other processes for the next commit:
+        the next ``flush()`` must sync. ``syncfs`` covers every page of the file
+        system, whichever process wrote it, once that process's writes returned."""
+        self._dirty = True
+
+    def _write(self, sha: str, encoded: bytes) -> bool:
         shard = os.path.join(self._root_s, sha[:2])
         final = os.path.join(shard, sha)
-        self._dirty = True  # a blob already there may be a crashed writer's: flush it too
-        if os.path.exists(final):
-            return False
-        if shard not in self._shards:
-            os.makedirs(shard, mode=0o700, exist_ok=True)
-            self._shards.add(shard)
-        # Unique per writer (threads of one process too): a shared name let one
-        # writer truncate the file another was renaming into place.
+        # Unique per writer (threads of one process too, worker processes by their
+        # pid): a shared name let one writer truncate the file another was renaming.
         tmp = os.path.join(self._tmp_s, f"{sha}.{os.getpid()}.{os.urandom(6).hex()}")
         try:
+            if shard not in self._shards:
+                os.makedirs(shard, mode=0o700, exist_ok=True)
+                self._shards.add(shard)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with open(fd, "wb") as fh:  # writes every byte (os.write may write fewer)
                 fh.write(encoded)
+            try:
+                os.replace(tmp, final)
+            except FileNotFoundError:  # the shard went away under a long-lived writer
+                os.makedirs(shard, mode=0o700, exist_ok=True)
+                os.replace(tmp, final)
         except OSError as exc:  # a full disk, say: name the blob, give the space back
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise OSError(exc.errno, f"cannot write blob: {exc.strerror}", final) from exc
-        os.replace(tmp, final)
         return True
 
     def flush(self) -> None:
@@ -118,54 +304,108 @@ class BlobStore:
 
     def get(self, sha: str, *, check: bool = True) -> bytes:
         """The raw bytes of blob ``sha``; checks the hash unless told not to."""
+        where = self.path(sha)
         try:
-            blob = self.path(sha).read_bytes()
+            blob = where.read_bytes()
         except FileNotFoundError:
-            raise NotFoundError(f"blob {sha} is not in {self.root}") from None
-        data = self._decode(sha, blob)
+            blob = None
+        if blob is None:
+            for attempt in range(2):
+                located = self._locate(sha)
+                if not located:
+                    break
+                name, off, length = located[0]
+                where = self._packs / name
+                try:
+                    with open(where, "rb") as fh:
+                        fh.seek(off)
+                        blob = fh.read(length)
+                    break
+                except FileNotFoundError:  # rewritten by a purge since: look again
+                    self._forget(name)
+                    self._pack_names.discard(name)
+                    if attempt:
+                        raise NotFoundError(f"blob {sha}: {where} is gone") from None
+        if blob is None:
+            damaged = "; ".join(sorted(self.damaged.values()))
+            more = f" (damaged packs: {damaged})" if damaged else ""
+            raise NotFoundError(f"blob {sha} is not in {self.root}{more}")
+        data = self._decode(sha, blob, where)
         if check and sha256_hex(data) != sha:
-            raise BlobIntegrityError(f"blob {self.path(sha)} does not match its sha256")
+            raise BlobIntegrityError(f"blob {sha} in {where} does not match its sha256")
         return data
 
-    def _decode(self, sha: str, blob: bytes) -> bytes:
+    def _decode(self, sha: str, blob: bytes, where: Path) -> bytes:
         if len(blob) < _HEADER.size:
-            raise BlobIntegrityError(f"blob {self.path(sha)} is truncated")
+            raise BlobIntegrityError(f"blob {sha} in {where} is truncated")
         magic, codec, size = _HEADER.unpack_from(blob)
         payload = blob[_HEADER.size :]
         if magic != _MAGIC or codec not in (_RAW, _ZSTD):
-            raise BlobIntegrityError(f"blob {self.path(sha)} has no mailledger header")
+            raise BlobIntegrityError(f"blob {sha} in {where} has no mailledger header")
         if codec == _RAW:
             if len(payload) != size:
-                raise BlobIntegrityError(f"blob {self.path(sha)} is truncated")
+                raise BlobIntegrityError(f"blob {sha} in {where} is truncated")
             return payload
         try:
             return pa.decompress(payload, decompressed_size=size, codec="zstd", asbytes=True)
         except (OSError, ValueError, MemoryError, pa.ArrowException) as exc:
             # MemoryError: a damaged header claiming an absurd size
-            raise BlobIntegrityError(f"blob {self.path(sha)} does not decompress: {exc}") from exc
+            raise BlobIntegrityError(f"blob {sha} in {where} does not decompress: {exc}") from exc
 
     def delete(self, sha: str) -> bool:
-        """Erase blob ``sha``; True if it existed."""
-        try:
-            self.path(sha).unlink()
-        except FileNotFoundError:
-            return False
-        self._dirty = True
-        return True
+        """Erase blob ``sha`` (its file, and every pack holding it); True if it existed."""
+        return sha in self.delete_many([sha])
+
+    def delete_many(self, shas: Iterable[str]) -> set[str]:
+        """Erase blobs; returns those that existed. A pack holding any of them is
+        rewritten without them (the new pack is in place before the old goes, so a
+        crash leaves copies of the other blobs, never a loss; a re-run erases what
+        a crash left)."""
+        gone: set[str] = set()
+        wanted = set(shas)
+        for sha in wanted:
+            try:
+                self.path(sha).unlink()
+                gone.add(sha)
+            except FileNotFoundError:
+                pass
+        self.refresh()
+        packs = {w[0] for sha in wanted for w in self._index.get(sha, ())}
+        for name in sorted(packs):
+            entries = self._read_index(name)
+            keep = [(sha, off, n) for sha, off, n in entries if sha not in wanted]
+            gone |= {sha for sha, _, _ in entries if sha in wanted}
+            if keep:
+                with open(self._packs / name, "rb") as fh:
+                    data = fh.read()
+                self._write_pack([(sha, data[off : off + n]) for sha, off, n in keep])
+            os.unlink(self._packs / name)
+            self._forget(name)
+            self._pack_names.discard(name)
+        if gone:
+            self._dirty = True
+        return gone
 
     def shas(self) -> Iterator[str]:
-        """Every stored blob's sha256."""
+        """Every stored blob's sha256 (each once, sorted)."""
         if not self.root.exists():
             return
-        for sub in sorted(self.root.iterdir()):
+        self.refresh()
+        found = set(self._index)
+        for sub in self.root.iterdir():
             if sub.is_dir() and len(sub.name) == 2:
-                for f in sorted(sub.iterdir()):
-                    if len(f.name) == 64:
-                        yield f.name
+                found.update(f.name for f in sub.iterdir() if len(f.name) == 64)
+        yield from sorted(found)
 
     def stored_bytes(self) -> int:
-        """Bytes the blobs take on disk (compressed, headers included)."""
-        return sum(self.path(s).stat().st_size for s in self.shas())
+        """Bytes the blobs take on disk (compressed, headers and pack indexes included)."""
+        total = 0
+        if not self.root.exists():
+            return 0
+        for sub in self.root.iterdir():
+            if sub.is_dir() and (len(sub.name) == 2 or sub.name == _PACKS):
+                total += sum(f.stat().st_size for f in sub.iterdir() if f.is_file())
+        return total
 
     def clean_tmp(self) -> None:
         """Remove temporary files a crashed writer left behind.
@@ -194,3 +434,16 @@ def _writer_alive(tmp_name: str) -> bool:
     except PermissionError:
         return True  # alive, another user's
     return True
+
+
+
+def pack_records(data: bytes) -> Iterator[tuple[str, int, int]]:
+    """(sha256, offset, length) of each blob record of pack bytes ``data``, in
+    order, up to the first damaged one (read without the pack's index)."""
+    at = 0
+    while at + _RECORD.size <= len(data):
+        magic, sha, length = _RECORD.unpack_from(data, at)
+        if magic != _RECORD_MAGIC or at + _RECORD.size + length > len(data):
+            return
+        yield sha.hex(), at + _RECORD.size, length
+        at += _RECORD.size + length

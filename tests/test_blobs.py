@@ -236,3 +236,86 @@ def test_cleaning_removes_dead_writers_temporary_files_only(blobs: BlobStore) ->
     blobs.clean_tmp()
     assert sorted(p.name for p in (blobs.root / ".tmp").iterdir()) == [mine.name]
     assert list(blobs.shas()) == []
+
+
+# -- packs: many blobs in one file (what imports and syncs write) ------------------
+
+
+def _encoded(*texts: bytes) -> list[tuple[str, bytes]]:
+    from stores.blobs import encode_blob
+
+    return [(sha256_hex(t), encode_blob(t)) for t in texts]
+
+
+def test_a_pack_holds_many_blobs_in_one_file_each_read_back_exactly(blobs: BlobStore) -> None:
+    texts = [TEXT + str(i).encode() for i in range(50)]
+    written = blobs.put_many(_encoded(*texts))
+    assert written == {sha256_hex(t) for t in texts}
+    packs = list((blobs.root / "packs").iterdir())
+    assert len(packs) == 1 and packs[0].suffix == ".pack"
+    assert _stored_files(blobs) == []  # no file per blob
+    fresh = BlobStore(blobs.root)  # another process: learns the pack from its index
+    for t in texts:
+        assert fresh.has(sha256_hex(t)) and fresh.get(sha256_hex(t)) == t
+    assert list(fresh.shas()) == sorted(written)
+    assert fresh.stored_bytes() == packs[0].stat().st_size
+
+
+def test_put_many_writes_nothing_already_stored_and_a_repeat_once(blobs: BlobStore) -> None:
+    sha_a, _ = blobs.put(TEXT)
+    texts = [TEXT, TEXT + b"b", TEXT + b"b"]
+    assert blobs.put_many(_encoded(*texts)) == {sha256_hex(TEXT + b"b")}
+    assert blobs.put_many(_encoded(*texts)) == set()
+    assert len(list((blobs.root / "packs").iterdir())) == 1
+    assert BlobStore(blobs.root).get(sha_a) == TEXT
+
+
+def test_a_pack_written_by_another_writer_is_found_without_reopening(blobs: BlobStore) -> None:
+    reader = BlobStore(blobs.root)
+    assert not reader.has(sha256_hex(TEXT))
+    BlobStore(blobs.root).put_many(_encoded(TEXT))
+    assert reader.has(sha256_hex(TEXT)) and reader.get(sha256_hex(TEXT)) == TEXT
+
+
+def test_a_flipped_byte_inside_a_packed_blob_names_the_pack(blobs: BlobStore) -> None:
+    texts = [TEXT + b"1", TEXT + b"2"]
+    blobs.put_many(_encoded(*texts))
+    path, off, length = blobs.location(sha256_hex(texts[0]))  # type: ignore[misc]
+    data = bytearray(path.read_bytes())
+    data[off + length // 2] ^= 0x55
+    path.write_bytes(bytes(data))
+    fresh = BlobStore(blobs.root)
+    with pytest.raises(BlobIntegrityError, match=path.name):
+        fresh.get(sha256_hex(texts[0]))
+    assert fresh.get(sha256_hex(texts[1])) == texts[1]  # its neighbour still reads
+
+
+def test_a_pack_cut_short_keeps_the_blobs_before_the_cut_and_says_so(blobs: BlobStore) -> None:
+    texts = [TEXT + str(i).encode() for i in range(5)]
+    blobs.put_many(_encoded(*texts))
+    path, off, _ = blobs.location(sha256_hex(texts[3]))  # type: ignore[misc]
+    os.truncate(path, off + 10)  # inside the 4th blob: the index at the end is gone
+    fresh = BlobStore(blobs.root)
+    for t in texts[:3]:
+        assert fresh.get(sha256_hex(t)) == t
+    with pytest.raises(NotFoundError, match=path.name):
+        fresh.get(sha256_hex(texts[4]))
+    assert list(fresh.damaged) == [path.name] and "3 blobs" in fresh.damaged[path.name]
+
+
+def test_deleting_a_packed_blob_rewrites_its_pack_without_its_bytes(blobs: BlobStore) -> None:
+    secret = b"Subject: the secret\n\nnobody may read this any more\n" * 30
+    keep = [TEXT + b"x", TEXT + b"y"]
+    blobs.put_many(_encoded(secret, *keep))
+    old = next((blobs.root / "packs").iterdir())
+    assert blobs.delete_many([sha256_hex(secret), "0" * 64]) == {sha256_hex(secret)}
+    assert not old.exists()
+    fresh = BlobStore(blobs.root)
+    assert not fresh.has(sha256_hex(secret))
+    assert [fresh.get(sha256_hex(t)) for t in keep] == keep
+    packs = list((blobs.root / "packs").iterdir())
+    assert len(packs) == 1 and sha256_hex(secret) not in {s for s in fresh.shas()}
+    assert not blobs.delete(sha256_hex(secret))
+    # the last blob of a pack going removes the pack
+    assert blobs.delete_many(sha256_hex(t) for t in keep) == {sha256_hex(t) for t in keep}
+    assert list((blobs.root / "packs").iterdir()) == []

@@ -253,7 +253,14 @@ def _decodings(path: Path, data: bytes) -> Iterator[tuple[str, bytes]]:
         from stores.blobs import BlobStore
 
         with contextlib.suppress(Exception):
-            yield "blob decoded", BlobStore(path.parent.parent)._decode(path.name, data)
+            yield "blob decoded", BlobStore(path.parent.parent)._decode(path.name, data, path)
+    if data.startswith(b"MLR1"):  # a pack: each of its blobs decoded
+        from stores.blobs import BlobStore, pack_records
+
+        unpack = BlobStore(path.parent.parent)._decode
+        for sha, at, n in pack_records(data):
+            with contextlib.suppress(Exception):
+                yield f"pack blob {sha[:12]} decoded", unpack(sha, data[at : at + n], path)
     if data[:4] == b"PAR1" and data[-4:] == b"PAR1":
         import pyarrow.parquet as pq
 

@@ -204,48 +204,68 @@ def case_corrupt_log_mtime_kept(b: Bench, rng: random.Random) -> str:
     return f"{path.name} bytes {at}+{n} flipped, mtime put back"
 
 
-def _stored_blob(store: Path, rng: random.Random) -> tuple[str, Path, list[str]]:
+def _stored_blob(
+    store: Path, rng: random.Random
+) -> tuple[str, tuple[Path, int, int], list[str], set[str]]:
+    """A stored message, where its blob's bytes are (file, offset, length), a sample
+    of other messages, and the shas held in the same file (a pack holds many)."""
     from pipeline.store import MessageStore
+    from stores.blobs import pack_records
 
     with MessageStore.open(store, create=False) as st:
         rows = st.query("SELECT message_id, sha256 FROM messages ORDER BY 1").to_pylist()
         pick = rng.choice(rows)
         sharing = [r["message_id"] for r in rows if r["sha256"] == pick["sha256"]]
         others = [r["message_id"] for r in rows if r["sha256"] != pick["sha256"]]
-        return pick["message_id"], st.blobs.path(pick["sha256"]), [*sharing, *others[:3]]
+        where = st.blobs.location(pick["sha256"])
+        assert where is not None, pick
+        neighbours = {pick["sha256"]}
+        if where[0].suffix == ".pack":
+            neighbours |= {sha for sha, _, _ in pack_records(where[0].read_bytes())}
+            # messages whose blob shares the damaged pack are sampled first
+            close = [r["message_id"] for r in rows if r["sha256"] in neighbours]
+            others = [m for m in close if m not in sharing] + others
+        return pick["message_id"], where, [*sharing, *others[:3]], neighbours
 
 
 def case_blob(b: Bench, rng: random.Random) -> str:
+    """A blob's bytes damaged in place (in its own file or inside its pack): every
+    command that reads it names the file (or, once the file is gone, the blob)."""
     from stores.blobs import encode_blob
 
     store = b.copy()
-    mid, path, sample = _stored_blob(store, rng)
+    mid, (path, off, length), sample, neighbours = _stored_blob(store, rng)
     how = rng.choice(["flip", "other-content", "truncate", "missing"])
     if how == "flip":
         data = bytearray(path.read_bytes())
-        at = rng.randrange(0, len(data))
+        at = off + rng.randrange(0, length)
         data[at] ^= rng.randint(1, 255)
         path.write_bytes(bytes(data))
     elif how == "other-content":
-        path.write_bytes(encode_blob(b"From: someone@else\r\n\r\nnot the message\r\n"))
+        data = bytearray(path.read_bytes())
+        other = encode_blob(b"From: someone@else\r\n\r\nnot the message\r\n" * 40)
+        data[off : off + length] = (other * (length // len(other) + 1))[:length]
+        path.write_bytes(bytes(data))
     elif how == "truncate":
-        os.truncate(path, rng.randrange(0, path.stat().st_size))
+        os.truncate(path, off + rng.randrange(0, length))
     else:
         path.unlink()
-    name = path.name
+    # what an error about this damage names: the file, or a blob that was in it
+    names = {path.name} | (neighbours if how == "missing" else set())
+    named = lambda out: any(n in out for n in names)  # noqa: E731
     code, out = b.run(store, "verify")
-    _require(code == 1 and name in out, f"verify: exit {code}, output {out[-400:]}")
+    _require(code == 1 and named(out), f"verify: exit {code}, output {out[-400:]}")
     _no_traceback(out)
     code, out = b.run(store, "show", mid, "--raw")
-    _require(code == 1 and name in out, f"show --raw: exit {code}, output {out[-400:]}")
+    _require(code == 1 and named(out), f"show --raw: exit {code}, output {out[-400:]}")
     _no_traceback(out)
     for other in sample:
         if other == mid:
             continue
         code, out = b.run(store, "show", other, "--raw")
-        shares = code == 1 and name in out  # the same content under another id
+        shares = code == 1 and named(out)  # the same content, or the same damaged pack
         _require(code == 0 or shares, f"another message no longer reads: {out[-300:]}")
-    return f"blob of <{mid}>: {how}"
+    return f"blob of <{mid}> in {path.parent.name}/{path.name}: {how}"
 
 
 def case_projections(b: Bench, rng: random.Random) -> str:

@@ -1,0 +1,273 @@
+"""Worker processes read the files and write the blobs: nothing may change but the speed.
+
+Counts, stored messages and blobs equal with and without workers; a file that
+cannot be read is an error with its name; an erased message's bytes never come
+back; a worker's full disk is the same named error; every blob is flushed
+before the event that names it is committed.
+"""
+
+from __future__ import annotations
+
+import mailbox
+import os
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stores.blobs
+from pipeline import ingest as ingest_mod
+from pipeline.cli import main
+from pipeline.importers import import_maildir, import_mbox
+from pipeline.ingest import Incoming, Ingest, Prepared, prepare
+from pipeline.store import MessageStore
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "maildir"
+COUNTED = (
+    "uids_seen", "processed", "vanished", "errors", "bodies_fetched", "known_skipped",
+    "new_messages", "duplicates", "conflicts_other_source", "malformed", "bytes_read", "events",
+)  # fmt: skip
+
+
+def _open(path: Path) -> MessageStore:
+    return MessageStore.open(path, run_id="test-run")
+
+
+def _counts(c: Any) -> dict[str, int]:
+    return {k: getattr(c, k) for k in COUNTED}
+
+
+def _msg(mid: str, subject: str) -> bytes:
+    return (
+        f"From: a@example.org\nTo: b@example.org\nSubject: {subject}\n"
+        f"Date: Wed, 26 Jun 2024 10:00:00 +0000\nMessage-ID: <{mid}>\n\nbody of {subject}\n"
+    ).encode()
+
+
+def _put(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def _state(store: MessageStore) -> tuple[list[str], list[str], list[tuple[Any, ...]]]:
+    locs = store.query(
+        "SELECT folder, uidl, sha256, message_id FROM locations ORDER BY ALL"
+    ).to_pylist()
+    return store.message_ids(), sorted(store.blobs.shas()), [tuple(r.values()) for r in locs]
+
+
+def test_counts_and_store_are_the_same_with_and_without_workers(tmp_path: Path) -> None:
+    assert FIXTURES.is_dir()
+    results = {}
+    for workers in (0, 2):
+        with _open(tmp_path / f"store-{workers}") as st:
+            first = import_maildir(st, FIXTURES, workers=workers, batch_size=4)
+            again = import_maildir(st, FIXTURES, workers=workers, batch_size=4)
+            assert first.balanced and again.balanced and first.errors == 0
+            results[workers] = (_counts(first), _counts(again), _state(st))
+            assert st.verify() == []
+    assert results[0] == results[2]
+    first, again, (ids, shas, _) = results[2]
+    assert first["processed"] == first["bodies_fetched"] + first["known_skipped"] > 0
+    assert again["bodies_fetched"] == 0 and again["events"] == 0
+    assert len(shas) == first["bodies_fetched"] and ids
+
+
+def test_mbox_blobs_written_by_workers_count_the_same(tmp_path: Path) -> None:
+    box = tmp_path / "in.mbox"
+    mb = mailbox.mbox(str(box))
+    for i in range(30):
+        mb.add(_msg(f"m{i % 25}@x", f"s{i % 25}"))  # 5 identical bodies: known, not fetched
+    mb.flush()
+    results = {}
+    for workers in (0, 2):
+        with _open(tmp_path / f"store-{workers}") as st:
+            counts = import_mbox(st, box, workers=workers, batch_size=7)
+            results[workers] = (_counts(counts), _state(st))
+            assert all(st.raw(m) for m in st.message_ids())
+    assert results[0] == results[2]
+    assert results[2][0]["bodies_fetched"] == 25 and results[2][0]["known_skipped"] == 5
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_unreadable_file_is_an_error_with_its_name(tmp_path: Path, workers: int) -> None:
+    root = tmp_path / "md"
+    _put(root / "cur" / "ok:2,", _msg("ok@x", "ok"))
+    (root / "cur" / "dangling:2,").symlink_to(tmp_path / "nowhere")
+    (root / "new").mkdir()
+    (root / "new" / "loop").symlink_to(root / "new" / "loop")
+    with _open(tmp_path / "store") as st:
+        counts = import_maildir(st, root, workers=workers)
+        assert (counts.uids_seen, counts.processed, counts.errors) == (3, 1, 2)
+        assert counts.balanced
+        assert sorted(d.split(": ", 1)[0] for d in counts.error_details) == [
+            str(root / "cur" / "dangling:2,"),
+            str(root / "new" / "loop"),
+        ]
+        assert all(": unreadable: " in d for d in counts.error_details)
+        assert st.message_ids() == ["ok@x"]
+
+
+def _erasable(tmp_path: Path) -> Path:
+    root = tmp_path / "md"
+    secret = _msg("secret@x", "secret subject")
+    _put(root / "cur" / "1.A:2,S", secret)
+    _put(root / ".Archive" / "cur" / "2.B:2,S", secret)  # the same bytes at a second location
+    _put(root / "cur" / "3.C:2,", _msg("kept@x", "kept"))
+    return root
+
+
+def _no_blob_to_take_back(self: Ingest) -> None:
+    raise AssertionError(f"workers wrote blobs of deleted messages: {self._unwanted}")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_reimport_after_delete_and_purge_does_not_bring_the_erased_blob_back(
+    tmp_path: Path, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # no worker writes it in the first place (the safety net at flush is not needed)
+    monkeypatch.setattr(Ingest, "_drop_unwanted", _no_blob_to_take_back)
+    root = _erasable(tmp_path)
+    with _open(tmp_path / "store") as st:
+        import_maildir(st, root, workers=workers)
+        sha = st.get("secret@x")["sha256"]  # type: ignore[index]
+        assert st.delete("secret@x")
+        assert st.purge().blobs_erased == 1 and not st.blobs.has(sha)
+        again = import_maildir(st, root, workers=workers)
+        assert not st.blobs.has(sha), "an erased message's bytes came back"
+        assert again.balanced and again.events == 0
+        assert (again.bodies_fetched, again.known_skipped) == (0, 3)
+        assert st.message_ids() == ["kept@x"] and st.verify() == []
+        # seen at a new location it is stored again, with its blob
+        _put(root / "cur" / "4.D:2,", (root / "cur" / "1.A:2,S").read_bytes())
+        third = import_maildir(st, root, workers=workers)
+        assert third.events == 1 and third.bodies_fetched == 1
+        assert st.blobs.has(sha) and "secret@x" in st.message_ids() and st.verify() == []
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_blob_a_worker_wrote_for_a_message_deleted_meanwhile_is_erased(
+    tmp_path: Path, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snapshot of deleted locations predates a delete and purge by another
+    process: the worker writes the blob, the commit sees the delete, flush erases it."""
+    root = _erasable(tmp_path)
+    with _open(tmp_path / "store") as st:
+        import_maildir(st, root, workers=workers)
+        sha = st.get("secret@x")["sha256"]  # type: ignore[index]
+        st.delete("secret@x")
+        st.purge()
+        monkeypatch.setattr(ingest_mod, "_deleted_contents", lambda store, source: {})
+        again = import_maildir(st, root, workers=workers)
+        assert not st.blobs.has(sha), "an erased message's bytes came back"
+        assert (again.bodies_fetched, again.known_skipped, again.events) == (0, 3, 0)
+        assert st.raw("kept@x") and st.verify() == []
+
+
+class _Racing(Executor):
+    """Runs ``prepare`` here, then reports every blob as written by this chunk:
+    as if each chunk's worker had found it absent at the same moment."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        fut: Future[Any] = Future()
+        fut.set_result([r._replace(written=r.parsed is not None) for r in fn(*args, **kwargs)])
+        return fut
+
+
+def _offer_files(ingest: Ingest, root: Path, names: list[str]) -> None:
+    for name in names:
+        path = str(root / "cur" / name)
+        size = os.stat(path).st_size
+        ingest.offer(Incoming(raw=b"", folder="INBOX", uidl=name, path=path, size=size))
+
+
+@pytest.mark.parametrize("lookahead", [1, 3])
+def test_a_blob_two_chunks_in_flight_both_wrote_is_counted_once(
+    tmp_path: Path, lookahead: int
+) -> None:
+    root = tmp_path / "md"
+    names = [f"{i}:2," for i in range(40)]
+    for i, name in enumerate(names):  # each body twice in a row: same or adjacent batch
+        _put(root / "cur" / name, _msg(f"m{i // 2}@x", f"s{i // 2}"))
+    with _open(tmp_path / "a") as st:
+        alone = Ingest(st, "import:test", batch_size=3)
+        _offer_files(alone, root, names)
+        alone.flush()
+    with _open(tmp_path / "b") as st:
+        racing = Ingest(st, "import:test", batch_size=3, pool=_Racing(), lookahead=lookahead)
+        racing._CHUNK = 2
+        _offer_files(racing, root, names)
+        racing.flush()
+    assert _counts(alone.counts) == _counts(racing.counts)
+    assert racing.counts.bodies_fetched == 20 and racing.counts.known_skipped == 20
+
+
+def test_batches_are_bounded_by_the_size_of_the_files(tmp_path: Path) -> None:
+    root = tmp_path / "md"
+    names = [f"{i}:2," for i in range(12)]
+    for i, name in enumerate(names):
+        _put(root / "cur" / name, _msg(f"m{i}@x", f"s{i}") + b"x" * 1000)
+    with _open(tmp_path / "store") as st:
+        ingest = Ingest(st, "import:test", batch_bytes=3000)
+        _offer_files(ingest, root, names)
+        ingest.flush()
+        assert ingest.counts.events == 12
+        assert ingest.counts.bytes_read == sum((root / "cur" / n).stat().st_size for n in names)
+        assert len(st.log.files()) == 4  # three files of ~1.1 KB per commit
+
+
+def test_every_commit_with_blobs_from_workers_flushes_them_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    real = stores.blobs._syncfs
+    store_ref: list[MessageStore] = []
+
+    def syncfs(path: Path) -> None:
+        synced.append(store_ref[0].log.last_seq())  # before the batch's file is visible
+        real(path)
+
+    monkeypatch.setattr(stores.blobs, "_syncfs", syncfs)
+    with _open(tmp_path / "store") as st:
+        store_ref.append(st)
+        counts = import_maildir(st, FIXTURES, workers=2, batch_size=4)
+        firsts = [f.first for f in st.log.files()]
+    assert counts.events > 4 and len(firsts) > 1
+    assert synced == [first - 1 for first in firsts]
+
+
+def test_a_worker_that_cannot_write_a_blob_names_it_and_the_command_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "store"
+    MessageStore.open(store).close()
+    blocked = [store / "blobs" / "packs"]
+    for f in blocked:
+        f.write_bytes(b"")  # no pack directory can be made: every new blob fails
+    argv = ["--store", str(store), "import", "maildir", str(FIXTURES), "--workers", "2"]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert f"{store / 'blobs' / 'packs'}" in err and "Traceback" not in err
+    for f in blocked:
+        f.unlink()
+    assert main(argv) == 0
+    with MessageStore.open(store) as st:
+        assert st.verify() == [] and st.message_ids()
+
+
+def test_prepare_leaves_a_held_blob_to_the_caller_and_skips_compressing_a_stored_one(
+    tmp_path: Path,
+) -> None:
+    blobs = stores.blobs.BlobStore(tmp_path / "blobs")
+    blobs.create()
+    raw = _msg("a@x", "a")
+    sha = stores.blobs.sha256_hex(raw)
+    [held] = prepare([raw], str(blobs.root), {0: frozenset({sha})})
+    assert held.blob is not None and not held.written and not blobs.has(sha)
+    [first] = prepare([raw], str(blobs.root))
+    [second] = prepare([raw], str(blobs.root))
+    assert first == Prepared(first.parsed, True) and second == Prepared(second.parsed, False)
+    assert blobs.get(sha) == raw
