@@ -33,32 +33,38 @@ __all__ = ["main"]
 USER = "fastmail"
 
 
+_PSS: list[float] = []  # peak PSS MiB of each _run, in order (see _run)
+
+
 def _run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, int]:
     """(wall seconds, peak RSS MiB of the process and all its children, exit code).
 
     RSS is sampled every 20 ms over the whole process tree (worker processes
     included), because ``wait4``'s ru_maxrss would also count the memory the
-    child inherited from this (large) benchmark process before its exec.
+    child inherited from this (large) benchmark process before its exec. A sum
+    of RSS counts the pages that worker processes share (libraries, the
+    interpreter) once per process; the tree's PSS (each shared page divided
+    among its sharers: memory actually used) is sampled too, into ``_PSS``.
     """
     import psutil
 
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak = 0
+    peak = peak_pss = 0
     try:
         top = psutil.Process(proc.pid)
         while proc.poll() is None:
             try:
-                rss = top.memory_info().rss + sum(
-                    c.memory_info().rss for c in top.children(recursive=True)
-                )
-                peak = max(peak, rss)
+                procs = [top, *top.children(recursive=True)]
+                peak = max(peak, sum(p.memory_info().rss for p in procs))
+                peak_pss = max(peak_pss, sum(p.memory_full_info().pss for p in procs))
             except psutil.Error:
                 pass
             time.sleep(0.02)
     finally:
         proc.wait()
     wall = time.perf_counter() - t0
+    _PSS.append(peak_pss / 2**20)
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.returncode not in (0, 3):
         print(f"  ! {' '.join(cmd[:4])}... exit {proc.returncode}: {err[-500:]}", file=sys.stderr)
@@ -142,7 +148,14 @@ def _measure(dv: Dovecot, peer: Peer) -> dict[str, float]:
     mark = dv.log_mark()
     wall, rss, code = peer.sync()
     out, bodies = _server_out(dv, mark)
-    return {"wall_s": wall, "rss_mib": rss, "server_bytes": out, "bodies": bodies, "exit": code}
+    return {
+        "wall_s": wall,
+        "rss_mib": rss,
+        "pss_mib": _PSS[-1],
+        "server_bytes": out,
+        "bodies": bodies,
+        "exit": code,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,19 +219,21 @@ def main(argv: list[str] | None = None) -> int:
         f"initial syncs: median of {ns.runs} (durable: mailledger fsyncs every commit)\n"
     )
     print(
-        f"{'case':22} {'peer':11} {'wall s':>8} {'RSS MiB':>8} {'server bytes':>14} {'bodies':>7}"
+        f"{'case':22} {'peer':13} {'wall s':>8} {'RSS MiB':>8} {'PSS MiB':>8}"
+        f" {'server bytes':>14} {'bodies':>7}"
     )
     for case in ("initial", "idle", "uidvalidity_rescan", "moved_all"):
         for name, r in results.items():
             x = r[case]
             print(
-                f"{case:22} {name:11} {x['wall_s']:8.2f} {x['rss_mib']:8.0f} "
+                f"{case:22} {name:13} {x['wall_s']:8.2f} {x['rss_mib']:8.0f} {x['pss_mib']:8.0f} "
                 f"{x['server_bytes']:14,.0f} {x['bodies']:7.0f}  exit={x['exit']:.0f}"
             )
     print()
     checks = [
         ("initial wall ratio (<= 0.5)", ml["initial"]["wall_s"] / mb["initial"]["wall_s"], 0.5),
         ("initial peak RSS MiB, all processes (<= 200)", ml["initial"]["rss_mib"], 200.0),
+        ("initial peak PSS MiB, all processes (<= 200)", ml["initial"]["pss_mib"], 200.0),
         (
             "initial wall ratio, no workers (<= 0.5)",
             results["mailledger-w0"]["initial"]["wall_s"] / mb["initial"]["wall_s"],

@@ -131,6 +131,13 @@ def _header_text(raw: bytes) -> str:
         return raw.decode("latin-1")
 
 
+def _utc(idate: Any) -> datetime | None:
+    """An INTERNALDATE as an aware UTC datetime (None when the server sent none)."""
+    if not isinstance(idate, datetime):
+        return None
+    return idate.astimezone(UTC) if idate.tzinfo else idate.replace(tzinfo=UTC)
+
+
 def _str(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
@@ -145,6 +152,8 @@ class ImapSource:
         self._secret = secret
         self.timeout = timeout if timeout is not None else account.timeout
         self.client: IMAPClient | None = None
+        # INTERNALDATE of bodies fetched with ``dates=True``, by UID
+        self.internal_dates: dict[int, datetime | None] = {}
 
     # -- connection -------------------------------------------------------------
     def connect(self) -> None:
@@ -300,19 +309,23 @@ class ImapSource:
                 mid = None
                 if header:
                     mid = normalize_msgid(_header_text(header).partition(":")[2])
-                idate = data.get(b"INTERNALDATE")
-                if isinstance(idate, datetime):
-                    idate = idate.astimezone(UTC) if idate.tzinfo else idate.replace(tzinfo=UTC)
+                idate = _utc(data.get(b"INTERNALDATE"))
                 yield Envelope(uid, int(data.get(b"RFC822.SIZE", 0)), mid, idate)
 
-    def bodies(self, uids: Sequence[int]) -> dict[int, bytes]:
-        """Raw bytes of each UID still present, by ``BODY.PEEK[]`` (never sets \\Seen)."""
-        resp = self._call("UID FETCH BODY.PEEK[]", self._c.fetch, list(uids), ["BODY.PEEK[]"])
+    def bodies(self, uids: Sequence[int], *, dates: bool = False) -> dict[int, bytes]:
+        """Raw bytes of each UID still present, by ``BODY.PEEK[]`` (never sets \\Seen).
+
+        ``dates``: also ask for INTERNALDATE, kept in ``internal_dates`` (for bodies
+        fetched without an envelope first)."""
+        items = ["BODY.PEEK[]", "INTERNALDATE"] if dates else ["BODY.PEEK[]"]
+        resp = self._call("UID FETCH BODY.PEEK[]", self._c.fetch, list(uids), items)
         out = {}
         for uid in uids:
             data = resp.get(uid)
             if data is not None and b"BODY[]" in data:
                 out[uid] = bytes(data[b"BODY[]"])
+                if dates:
+                    self.internal_dates[uid] = _utc(data.get(b"INTERNALDATE"))
         return out
 
     # -- watching ---------------------------------------------------------------

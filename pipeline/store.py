@@ -113,7 +113,7 @@ class MessageStore:
         self._held = 0
         # committed batches not yet folded (kept so a fold need not re-read the log)
         self._unapplied: list[pa.Table] = []
-        self.fold_every = 2000  # events: a deferred fold runs at least this often (memory)
+        self.fold_every = 10_000  # events: a deferred fold runs at least this often (memory)
 
     # -- lifecycle ------------------------------------------------------------
     @classmethod
@@ -387,6 +387,14 @@ class MessageStore:
             synthetic_id=bool(rec["synthetic_id"]),
             defects=tuple(rec["defects"] or ()),
         )
+
+    @_uses_db
+    def holds_messages(self) -> bool:
+        """True when the store holds at least one message (or has committed one
+        that its projections have not folded yet)."""
+        if self._unapplied:
+            return True
+        return bool(self._reader().execute("SELECT 1 FROM messages LIMIT 1").fetchall())
 
     @_uses_db
     def known_records(

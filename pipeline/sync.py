@@ -220,6 +220,7 @@ class _FolderSync:
         self.store = store
         self.pool = pool
         self.src = src
+        self._dates = False  # bodies fetched with their INTERNALDATE (no envelopes first)
         self.account = account
         self.opts = opts
         self.report = report
@@ -387,7 +388,15 @@ class _FolderSync:
         ingest = Ingest(self.store, self.account.name, batch_size=500, network=True, pool=self.pool)
         failed: list[int] = []
         present: set[int] = set()
-        envelopes = list(self.src.envelopes(uids))
+        # Envelopes (Message-ID, size) tell which bodies the store holds already. A
+        # store that holds no message at all holds none of them: its first sync
+        # fetches the bodies at once (with their INTERNALDATE), one pass, not two.
+        self._dates = not self.store.holds_messages()
+        if self._dates:
+            envelopes = [Envelope(uid, 0, None, None) for uid in uids]
+            self.src.internal_dates.clear()
+        else:
+            envelopes = list(self.src.envelopes(uids))
         by_uid = {e.uid: e for e in envelopes}
         gone_before_fetch = len([u for u in uids if u not in by_uid])
         fr.vanished += gone_before_fetch
@@ -422,7 +431,8 @@ class _FolderSync:
                             folder=folder,
                             uidvalidity=state.uidvalidity,
                             uid=env.uid,
-                            internal_date=env.internal_date,
+                            internal_date=env.internal_date
+                            or self.src.internal_dates.get(env.uid),
                         )
                     )
                     present.add(env.uid)
@@ -485,7 +495,7 @@ class _FolderSync:
         uids = [e.uid for e in chunk]
         timeouts = 0
         try:
-            return self.src.bodies(uids)
+            return self.src.bodies(uids, dates=self._dates)
         except SourceError as exc:
             timeouts = int(_timed_out(exc))
             log.warning(
@@ -499,7 +509,7 @@ class _FolderSync:
         out: dict[int, bytes] = {}
         for uid in uids:
             try:
-                out.update(self.src.bodies([uid]))
+                out.update(self.src.bodies([uid], dates=self._dates))
                 timeouts = 0
             except SourceError as exc:
                 log.warning("%s %s: FETCH uid=%d failed: %s", self.account.name, folder, uid, exc)

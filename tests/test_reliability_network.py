@@ -18,6 +18,7 @@ import pytest
 from faultproxy import Fault, FaultProxy, _strip_uidnext
 
 from pipeline.config import load_config
+from pipeline.store import MessageStore
 from stores.errors import ConfigError
 from torture.network import (
     ACCOUNT,
@@ -91,6 +92,10 @@ def test_a_cut_in_one_folder_does_not_fail_the_next_folder(
     seed_mailbox(dovecot, inbox=6, archive=2)
     with FaultProxy(("127.0.0.1", dovecot.imap_port)) as proxy:
         drv = SyncDriver(dovecot, tmp_path, proxy.port)
+        # a store holding a message fetches envelopes before bodies (an empty one
+        # goes straight to the bodies)
+        with MessageStore.open(drv.store) as st:
+            st.add(None, b"Message-ID: <elsewhere@x>\r\nSubject: not on the server\r\n\r\nhi\r\n")
         # the first connection dies in the first folder's envelope FETCH; the
         # second folder gets a new connection in the same run
         proxy.schedule([Fault("drop", on_command="FETCH", nth=1, after=10)])
