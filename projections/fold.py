@@ -395,11 +395,13 @@ def _components(stored: Any, children: Any, parents: Any) -> tuple[pa.Array, pa.
     """Connected components of the graph whose nodes are ``stored`` and the edges'
     ends: (the nodes sorted, the smallest id of each one's component).
 
-    Vectorized: ids become integer codes (their rank in sorted order), scipy finds
-    the components, and a component's label is the id with its smallest code.
-    Sorting is by UTF-8 bytes, which is code point order.
+    Ids become integer codes (their rank in sorted order, by Arrow), so the
+    union-find runs on small ints; uniting by the smaller root keeps every root
+    the smallest code of its component, which is then its label. Sorting is by
+    UTF-8 bytes, which is code point order. (scipy's connected_components was
+    tried: it is no faster here once its import, and numpy's, is paid by every
+    command that folds.)
     """
-    import numpy as np
 
     def strings(values: Any) -> pa.Array:
         if isinstance(values, pa.ChunkedArray):
@@ -411,17 +413,23 @@ def _components(stored: Any, children: Any, parents: Any) -> tuple[pa.Array, pa.
     nodes = nodes.take(pc.sort_indices(nodes))
     if len(children) == 0:
         return nodes, nodes
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
+    parent = list(range(len(nodes)))
 
-    n = len(nodes)
-    ci = pc.index_in(children, value_set=nodes).to_numpy()
-    pi = pc.index_in(parents, value_set=nodes).to_numpy()
-    graph = coo_matrix((np.ones(len(ci), np.int32), (ci, pi)), shape=(n, n))
-    _, comp = connected_components(graph, directed=False)
-    smallest = np.full(int(comp.max()) + 1, n, np.int64)
-    np.minimum.at(smallest, comp, np.arange(n, dtype=np.int64))
-    return nodes, nodes.take(pa.array(smallest[comp]))
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = x = parent[parent[x]]  # path halving
+        return x
+
+    ci = pc.index_in(children, value_set=nodes).to_pylist()
+    pi = pc.index_in(parents, value_set=nodes).to_pylist()
+    for c, p in zip(ci, pi, strict=True):
+        rc, rp = find(c), find(p)
+        if rc < rp:
+            parent[rp] = rc
+        elif rp < rc:
+            parent[rc] = rp
+    roots = [find(i) for i in range(len(nodes))]
+    return nodes, nodes.take(pa.array(roots, pa.int64()))
 
 
 # -- locations ---------------------------------------------------------------

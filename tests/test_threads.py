@@ -279,7 +279,7 @@ def _reference_components(
     return {x: find(x) for x in parent}
 
 
-@settings(deadline=None)  # the first example imports scipy
+@settings(deadline=None)
 @given(
     st.lists(st.sampled_from("abcdefghij"), max_size=6),
     st.lists(
@@ -290,7 +290,7 @@ def _reference_components(
 def test_vectorized_components_equal_a_plain_union_find(
     stored: list[str], edges: list[tuple[str, str]]
 ) -> None:
-    """The scipy-backed fold labels each node with its component's smallest id
+    """The vectorized fold labels each node with its component's smallest id
     (code point order, non-ASCII ids included), exactly as a textbook union-find."""
     import pyarrow as pa
 
