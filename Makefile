@@ -40,4 +40,4 @@ lint: venv
 	$(BIN)/ruff format --check . || true
 
 clean:
-	rm -rf demo-store bench-data .pytest_cache .ruff_cache
+	rm -rf demo-store demo-store-imap bench-data .pytest_cache .ruff_cache

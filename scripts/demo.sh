@@ -26,4 +26,5 @@ if ! command -v dovecot >/dev/null 2>&1 && ! [ -x /usr/sbin/dovecot ] && [ "$(id
   echo "demo: installing dovecot-imapd for the IMAP part" >&2
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dovecot-imapd dovecot-pop3d openssl) >/dev/null 2>&1 || true
 fi
+rm -rf "$STORE-imap"   # a fresh Dovecot each time: an old store would see a new UIDVALIDITY
 "$BIN/python" scripts/demo_imap.py "$STORE-imap"
