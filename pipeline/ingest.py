@@ -158,8 +158,8 @@ _blob_stores: dict[str, BlobStore] = {}
 
 
 def _blobs_at(root: str) -> BlobStore:
-    """This process's writer for the blob store at ``root`` (kept for its cache of
-    shard directories; one store at a time)."""
+    """This process's writer for the blob store at ``root`` (kept across chunks for
+    its index of the packs it has read; one store at a time)."""
     blobs = _blob_stores.get(root)
     if blobs is None:
         _blob_stores.clear()

@@ -524,40 +524,15 @@ class MessageStore:
         return rec
 
     def _headers_at(self, seqs: Sequence[int]) -> dict[int, tuple[tuple[str, str], ...]]:
-        """The decoded headers of the events at ``seqs``, read from the log files
-        that hold them (the projections keep no copy)."""
-        import bisect
-
-        import pyarrow.parquet as pq
-
-        wanted = sorted(set(seqs))
-        out: dict[int, tuple[tuple[str, str], ...]] = {}
-        for attempt in range(3):  # a compaction may merge files between listing and reading
-            files = self.log.files()
-            firsts = [f.first for f in files]
-            groups: dict[Path, list[int]] = {}
-            for seq in wanted:
-                i = bisect.bisect_right(firsts, seq) - 1
-                if i >= 0 and seq <= files[i].last:
-                    groups.setdefault(files[i].path, []).append(seq)
-            try:
-                for path, group in groups.items():
-                    table = pq.read_table(
-                        path, columns=["seq", "headers"], filters=[("seq", "in", group)]
-                    )
-                    for seq, headers in zip(
-                        table.column("seq").to_pylist(),
-                        table.column("headers").to_pylist(),
-                        strict=True,
-                    ):
-                        out[seq] = tuple((h["name"], h["value"]) for h in headers or ())
-                return out
-            except FileNotFoundError:
-                if attempt == 2:
-                    raise
-            except (OSError, ValueError, pa.ArrowException) as exc:
-                raise LogIntegrityError(f"{path}: unreadable: {exc}") from exc
-        return out
+        """The decoded headers of the events at ``seqs``, read from the log (the
+        projections keep no copy)."""
+        table = self.log.read_at(seqs, ["headers"])
+        return {
+            seq: tuple((h["name"], h["value"]) for h in headers or ())
+            for seq, headers in zip(
+                table.column("seq").to_pylist(), table.column("headers").to_pylist(), strict=True
+            )
+        }
 
     @_uses_db
     def raw(self, msg_id: str) -> bytes:

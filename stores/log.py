@@ -29,6 +29,7 @@ everything again). ``verify()`` always checks every file in full.
 from __future__ import annotations
 
 import array
+import bisect
 import contextlib
 import fcntl
 import hashlib
@@ -482,6 +483,40 @@ class EventLog:
                     raise
                 failed_on = listing
                 time.sleep(0.005)
+
+    def read_at(self, seqs: Sequence[int], columns: Sequence[str]) -> pa.Table:
+        """``columns`` (and ``seq``) of the events at ``seqs``, reading only the files
+        that hold them; retried like ``read`` while a compaction renames files."""
+        failed_on: list[LogFile] | None = None
+        while True:
+            try:
+                return self._read_at(sorted(set(seqs)), ["seq", *columns])
+            except FileNotFoundError:
+                listing = self._all_files()
+                if listing == failed_on:
+                    raise
+                failed_on = listing
+                time.sleep(0.005)
+
+    def _read_at(self, wanted: list[int], cols: list[str]) -> pa.Table:
+        schema = pa.schema([SCHEMA.field(c) for c in cols])
+        files = self.files()
+        firsts = [f.first for f in files]
+        groups: dict[Path, list[int]] = {}
+        for seq in wanted:
+            i = bisect.bisect_right(firsts, seq) - 1
+            if i >= 0 and seq <= files[i].last:
+                groups.setdefault(files[i].path, []).append(seq)
+        parts = [schema.empty_table()]
+        for path, group in groups.items():
+            try:
+                t = pq.read_table(path, columns=cols, schema=schema, filters=[("seq", "in", group)])
+            except FileNotFoundError:
+                raise  # merged by a compaction since the listing: read_at lists again
+            except (OSError, ValueError, pa.ArrowException) as exc:
+                raise LogIntegrityError(f"{path}: unreadable: {exc}") from exc
+            parts.append(t.replace_schema_metadata(None))
+        return pa.concat_tables(parts)
 
     def _read(self, after: int, columns: Sequence[str] | None) -> pa.Table:
         files = [f for f in self.files() if f.last > after]
