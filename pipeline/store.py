@@ -34,6 +34,8 @@ import pyarrow as pa
 from pipeline.clock import Clock, SystemClock, new_run_id
 from pipeline.parse import ParsedMessage, parse_message
 from projections.fold import (
+    BULK_ROWS,
+    FOLD_SCHEMA,
     applied_seq,
     apply_chunks,
     index_key,
@@ -46,7 +48,7 @@ from stores import db
 from stores.blobs import BlobStore
 from stores.errors import LockTimeout, LogIntegrityError, NotFoundError, UsageError
 from stores.events import SCHEMA, Event, MessageDeleted, MessageSeen
-from stores.log import EventLog
+from stores.log import EventLog, read_columns
 from stores.purge import PurgeReport
 
 __all__ = ["MessageStore", "SeenOutcome"]
@@ -56,7 +58,7 @@ log = logging.getLogger("mailledger.store")
 _FORMAT = {"format": "mailledger-store", "version": 1}
 _REPLAY_CHUNK = 50_000
 # what a fold reads of the log: everything but the decoded headers (kept in the log only)
-_FOLD_COLUMNS = [name for name in SCHEMA.names if name != "headers"]
+_FOLD_COLUMNS = FOLD_SCHEMA.names
 # a deferred fold runs before the events it waits for hold this much memory
 _FOLD_BYTES = 128 << 20
 
@@ -246,7 +248,10 @@ class MessageStore:
             apply_chunks(con, chunks)  # one fold for all of them: its cost is mostly per call
 
     def _rebuild(self, con: duckdb.DuckDBPyConnection) -> int:
-        return rebuild(con, self._log_chunks())
+        files = self.log.files()
+        if sum(f.rows for f in files) > BULK_ROWS:
+            files = []  # folded in chunks: no point staging what cannot be held
+        return rebuild(con, self._log_chunks(), files=[f.path for f in files])
 
     def _log_chunks(self, after: int = 0) -> Iterator[pa.Table]:
         files = [f for f in self.log.files() if f.last > after]
@@ -261,12 +266,10 @@ class MessageStore:
     def _read_range(self, group: Sequence[Any]) -> pa.Table:
         """The events of files ``group`` (a compaction may have merged them since
         they were listed: then read the same seq range from a fresh listing)."""
-        import pyarrow.parquet as pq
-
         parts = []
         for f in group:
             try:
-                table = pq.read_table(f.path, schema=SCHEMA, columns=_FOLD_COLUMNS)
+                table = read_columns(f.path, FOLD_SCHEMA)
                 table.validate(full=True)  # a damaged page may decode into invalid UTF-8
                 parts.append(table)
             except FileNotFoundError:
@@ -567,7 +570,9 @@ class MessageStore:
             rows = con.execute("SELECT message_id FROM messages WHERE message_id = ?", [key])
         else:
             rows = con.execute(
-                "SELECT unnest(message_ids) FROM header_keys WHERE key = ?", [index_key(name, key)]
+                "SELECT m.message_id FROM (SELECT unnest(seqs) AS seq FROM header_keys"
+                " WHERE key = ?) JOIN messages m USING (seq)",
+                [index_key(name, key)],
             )
         return sorted(r[0] for r in rows.fetchall())
 
@@ -773,7 +778,7 @@ class MessageStore:
             p.unlink(missing_ok=True)
         fresh = duckdb.connect(str(scratch), config=dict(db.CONFIG))
         try:
-            rebuild(fresh, self._log_chunks())
+            self._rebuild(fresh)
             want = fingerprint(fresh)
         finally:
             fresh.close()

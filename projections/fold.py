@@ -16,7 +16,10 @@ date keys) and the connected components of the thread graph.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -26,8 +29,15 @@ import pyarrow.compute as pc
 from projections.normalize import normalize_subject
 from projections.tables import PROJECTION_VERSION, create_indexes, create_tables
 from stores.errors import LogIntegrityError
+from stores.events import SCHEMA
+
+# What a fold reads of the log: everything but the decoded headers (they stay in
+# the log; ``MessageStore.get`` reads them from there).
+FOLD_SCHEMA = pa.schema([field for field in SCHEMA if field.name != "headers"])
 
 __all__ = [
+    "BULK_ROWS",
+    "FOLD_SCHEMA",
     "KEY_SEP",
     "applied_seq",
     "apply",
@@ -74,19 +84,211 @@ def _set_meta(con: duckdb.DuckDBPyConnection, key: str, value: int) -> None:
     con.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
 
 
-def rebuild(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table]) -> int:
-    """Drop every projection and fold the whole log again; returns the last seq."""
+# A log of at most this many events is rebuilt by ``_build`` from a copy held in
+# memory (about 700 bytes an event without the headers); a longer one is folded
+# in chunks by ``apply_chunks``, which stages them in DuckDB and spills to disk:
+# the same tables, slower.
+BULK_ROWS = 400_000
+
+_STAGE = "_replay_stage"
+
+
+def rebuild(
+    con: duckdb.DuckDBPyConnection,
+    chunks: Iterable[pa.Table],
+    *,
+    files: Sequence[Path] = (),
+    bulk_rows: int = BULK_ROWS,
+) -> int:
+    """Drop every projection and fold the whole log again; returns the last seq.
+
+    ``chunks`` are the log's events in seq order. ``files``, when given, are the
+    log's Parquet files holding those same events: DuckDB then reads them itself,
+    faster than the chunks can be handed over. Should that read fail (a damaged
+    file, a file a compaction just replaced), ``chunks`` are read instead, and
+    their reader says precisely what is wrong.
+    """
     for name, kind in con.execute(
         "SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = 'main'"
     ).fetchall():
         con.execute(f'DROP {"VIEW" if kind == "VIEW" else "TABLE"} IF EXISTS "{name}"')
     create_tables(con)
     _set_meta(con, "applied_seq", 0)
-    last = apply_chunks(con, chunks)
-    create_indexes(con)  # after the bulk load: building an index once is cheaper
+    rest: Iterable[pa.Table] = chunks
+    # The builders are the parallelism: DuckDB's own worker threads on top of
+    # them were measured to cost more than they gave (2 cores: 10-20% slower).
+    threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
+    con.execute("SET threads = 1")
+    con.execute(f"ATTACH ':memory:' AS {_STAGE}")
+    try:
+        last = _stage_files(con, files, bulk_rows) if files else None
+        if last is None:
+            last, rest = _stage_chunks(con, chunks, bulk_rows)
+        if last:
+            _build(con)
+    finally:
+        con.execute(f"DETACH {_STAGE}")
+        con.execute(f"SET threads = {int(threads)}")
+    if last is None:  # too long to hold: fold it in chunks
+        last = apply_chunks(con, rest)
+    else:
+        _set_meta(con, "applied_seq", last)
+    create_indexes(con)  # (those ``_build`` did not make already)
     # last: a rebuild killed before this point is redone at the next open
     _set_meta(con, "projection_version", PROJECTION_VERSION)
     return last
+
+
+def _stage_table(con: duckdb.DuckDBPyConnection) -> None:
+    """The empty ``_STAGE._batch``, in the column types the Arrow schema gives."""
+    con.register("_empty", FOLD_SCHEMA.empty_table())
+    con.execute(f"CREATE TABLE {_STAGE}._batch AS SELECT * FROM _empty")
+    con.unregister("_empty")
+
+
+def _stage_files(
+    con: duckdb.DuckDBPyConnection, files: Sequence[Path], bulk_rows: int
+) -> int | None:
+    """Copy the events of the log ``files`` into ``_STAGE._batch``; returns the last
+    seq, or None when they could not be read or are more than ``bulk_rows``."""
+    _stage_table(con)
+    cols = ", ".join(f'"{name}"' for name in FOLD_SCHEMA.names)
+    try:
+        con.execute(
+            f"INSERT INTO {_STAGE}._batch SELECT {cols}"
+            " FROM read_parquet(?, union_by_name = true)",
+            [[str(f) for f in files]],
+        )
+        n, first, last, distinct = con.execute(
+            f"SELECT count(*), min(seq), max(seq), count(DISTINCT seq) FROM {_STAGE}._batch"
+        ).fetchall()[0]
+    except duckdb.Error:
+        readable = False
+    else:
+        readable = n == distinct == (last or 0) and first in (1, None)
+    if not readable or n > bulk_rows:
+        con.execute(f"DROP TABLE {_STAGE}._batch")
+        return None
+    return int(last or 0)
+
+
+def _stage_chunks(
+    con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table], bulk_rows: int
+) -> tuple[int | None, Iterable[pa.Table]]:
+    """Copy the events of ``chunks`` into ``_STAGE._batch``: (the last seq, ()); or,
+    when there are more than ``bulk_rows``, (None, all of the chunks, unstaged)."""
+    held: list[pa.Table] = []
+    rows = 0
+    rest = iter(chunks)
+    for chunk in rest:
+        held.append(chunk)
+        rows += chunk.num_rows
+        if rows > bulk_rows:
+            return None, itertools.chain(held, rest)
+    parts: list[pa.Table] = []
+    last = 0
+    for chunk in held:  # the same checks as ``_stage``
+        if chunk.num_rows == 0:
+            continue
+        seqs = chunk.column("seq")
+        first = seqs[0].as_py()
+        if seqs[-1].as_py() <= last:
+            continue
+        if first > last + 1:
+            raise LogIntegrityError(f"projections at seq {last} cannot apply a batch from {first}")
+        if first <= last:
+            chunk = chunk.filter(pc.greater(seqs, last))
+        parts.append(chunk.select(FOLD_SCHEMA.names).cast(FOLD_SCHEMA))
+        last = chunk.column("seq")[-1].as_py()
+    _stage_table(con)
+    if parts:
+        con.register("_events", pa.concat_tables(parts))
+        con.execute(f"INSERT INTO {_STAGE}._batch SELECT * FROM _events")
+        con.unregister("_events")
+    return last, ()
+
+
+def _build(con: duckdb.DuckDBPyConnection) -> None:
+    """Fold the events staged in ``_STAGE._batch`` (the whole log) into empty tables.
+
+    The same rules and the same SQL as an incremental fold of everything in one
+    batch (on empty tables nothing is removed or merged), but the tables are
+    built by four builders at once on their own cursors: messages, header keys,
+    the thread graph, and locations with cursors. DuckDB runs a statement
+    without holding the GIL, and reads its own tables (unlike a registered Arrow
+    table) without taking it. A builder writes only its own tables and creates
+    their indexes once they are full. Each statement commits by itself: a
+    rebuild killed midway leaves no ``projection_version``, so the next open
+    rebuilds again.
+    """
+
+    def views(c: duckdb.DuckDBPyConnection, new: str = "", staged: str = "_batch _win") -> None:
+        """On cursor ``c``: views of the ``staged`` tables (the events, the winners'
+        seqs, their derived columns) and ``_new``, the new message rows as the
+        incremental fold has them."""
+        for name in staged.split():
+            c.execute(f"CREATE TEMP VIEW {name} AS SELECT * FROM {_STAGE}.{name}")
+        if new:
+            c.execute(f"CREATE TEMP VIEW _new AS {new}")
+
+    con.execute(f"CREATE TEMP VIEW _batch AS SELECT * FROM {_STAGE}._batch")
+    con.execute(_DECIDE)  # on empty tables nothing existed: every winner is new
+    con.execute(
+        f"CREATE TABLE {_STAGE}._win AS SELECT win AS seq FROM _decide WHERE win IS NOT NULL"
+    )
+    con.execute("DROP TABLE _decide")
+    con.execute("DROP VIEW _batch")
+
+    def threads(c: duckdb.DuckDBPyConnection) -> None:
+        views(c, 'SELECT message_id, in_reply_to, "references" FROM _batch JOIN _win USING (seq)')
+        c.execute(_INSERT_EDGES)
+        edges = c.sql("SELECT child, parent FROM thread_edges").to_arrow_table()
+        stored = c.sql("SELECT message_id FROM _new").to_arrow_table()
+        nodes, labels = _components(
+            stored.column("message_id"), edges.column("child"), edges.column("parent")
+        )
+        c.register("_nodes", pa.table({"message_id": nodes, "thread_id": labels}))
+        c.execute("INSERT INTO thread_nodes SELECT message_id, thread_id FROM _nodes")
+        create_indexes(c, "thread_nodes")
+
+    def places(c: duckdb.DuckDBPyConnection) -> None:
+        views(c, staged="_batch")
+        types = _ids(c, "SELECT DISTINCT type FROM _batch")
+        if types & {_SEEN, _VANISHED}:
+            _fold_locations(c)
+        if types & {_MOVED, _UIDV}:
+            _fold_cursors(c)
+
+    def messages(c: duckdb.DuckDBPyConnection) -> None:
+        views(c, _NEW_ROWS, "_batch _derived")
+        c.execute("INSERT INTO messages BY NAME SELECT * FROM _new")
+        create_indexes(c, "messages")
+
+    def header_keys(c: duckdb.DuckDBPyConnection) -> None:
+        views(c, _NEW_ROWS, "_batch _derived")
+        c.execute(_NEW_KEYS.format(src=f"({_ENTRIES.format(sep=KEY_SEP, src='_new')})"))
+        create_indexes(c, "header_keys")
+
+    def run(job: Callable[[duckdb.DuckDBPyConnection], None]) -> None:
+        c = con.cursor()
+        try:
+            job(c)
+        finally:
+            c.close()
+
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="replay") as pool:
+        jobs = [pool.submit(run, threads), pool.submit(run, places)]
+        # meanwhile, the columns the normalization rules define
+        rows = con.sql(
+            f"SELECT seq, subject, date_utc FROM {_STAGE}._batch"
+            f" WHERE seq IN (SELECT seq FROM {_STAGE}._win)"
+        ).to_arrow_table()
+        con.register("_derived_rows", _derived(rows))
+        con.execute(f"CREATE TABLE {_STAGE}._derived AS SELECT * FROM _derived_rows")
+        con.unregister("_derived_rows")
+        jobs += [pool.submit(run, messages), pool.submit(run, header_keys)]
+        for done in jobs:
+            done.result()  # a builder's error is the rebuild's
 
 
 def apply(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> int:
@@ -140,9 +342,7 @@ def _stage(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table], applied: 
         if seqs[-1].as_py() <= last:
             continue
         if first > last + 1:
-            raise LogIntegrityError(
-                f"projections at seq {last} cannot apply a batch from {first}"
-            )
+            raise LogIntegrityError(f"projections at seq {last} cannot apply a batch from {first}")
         if first <= last:
             chunk = chunk.filter(pc.greater(seqs, last))
         if "headers" in chunk.column_names:
@@ -216,17 +416,25 @@ SELECT g.message_id, g.last_del, w.win,
 FROM g LEFT JOIN w USING (message_id)
 """
 
-# Index entries of the message rows in table {src}: one per (header, value).
+# Index entries of the message rows in table {src}: (header, value) pairs naming the
+# row by its seq; a pair may repeat (an address in To and Cc).
 _ENTRIES = """
-SELECT DISTINCT header || '{sep}' || value AS key, header, value, message_id FROM (
-    SELECT 'subject' AS header, subject_key AS value, message_id FROM {src}
-    UNION ALL SELECT 'from', from_addr, message_id FROM {src}
-    UNION ALL SELECT 'to', unnest(to_addrs), message_id FROM {src}
-    UNION ALL SELECT 'date', date_key, message_id FROM {src}
-    UNION ALL SELECT 'in-reply-to', in_reply_to, message_id FROM {src}
-    UNION ALL SELECT 'references', unnest("references"), message_id FROM {src}
-    UNION ALL SELECT 'list-id', list_id, message_id FROM {src}
+SELECT header || '{sep}' || value AS key, header, value, seq FROM (
+    SELECT 'subject' AS header, subject_key AS value, seq FROM {src}
+    UNION ALL SELECT 'from', from_addr, seq FROM {src}
+    UNION ALL SELECT 'to', unnest(to_addrs), seq FROM {src}
+    UNION ALL SELECT 'date', date_key, seq FROM {src}
+    UNION ALL SELECT 'in-reply-to', in_reply_to, seq FROM {src}
+    UNION ALL SELECT 'references', unnest("references"), seq FROM {src}
+    UNION ALL SELECT 'list-id', list_id, seq FROM {src}
 ) WHERE value IS NOT NULL
+"""
+
+# The header_keys rows of keys that no row has yet, from the entries in {src}.
+_NEW_KEYS = """
+INSERT INTO header_keys
+SELECT key, any_value(header), any_value(value), list_sort(list_distinct(list(seq)))
+FROM {src} GROUP BY key
 """
 
 _MESSAGE_COLUMNS = (
@@ -236,11 +444,33 @@ _MESSAGE_COLUMNS = (
 )
 
 
+# The new ``messages`` rows: the winning events of ``_batch``, with their ``_derived``.
+_NEW_ROWS = (
+    f"SELECT {_MESSAGE_COLUMNS}, d.subject_key, d.date_key, d.date_iso,"
+    " recorded_at AS indexed_at FROM _batch JOIN _derived d USING (seq)"
+)
+
+
+def _derived(rows: pa.Table) -> pa.Table:
+    """The columns the normalization rules define (``seq``, ``subject_key``,
+    ``date_key``, ``date_iso``) of message rows with ``seq``, ``subject``, ``date_utc``."""
+    day, iso = date_columns(rows.column("date_utc"))
+    return pa.table(
+        {
+            "seq": rows.column("seq"),
+            "subject_key": subject_keys(rows.column("subject")),
+            "date_key": day,
+            "date_iso": iso,
+        }
+    )
+
+
 def _fold_messages(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(_DECIDE)
     con.execute(
-        "CREATE OR REPLACE TEMP TABLE _removed AS SELECT message_id FROM _decide"
-        " WHERE existed AND last_del IS NOT NULL"
+        "CREATE OR REPLACE TEMP TABLE _removed AS SELECT d.message_id, m.seq"
+        " FROM _decide d JOIN messages m USING (message_id)"
+        " WHERE d.existed AND d.last_del IS NOT NULL"
     )
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _win AS SELECT win AS seq FROM _decide"
@@ -261,27 +491,11 @@ def _fold_messages(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("DELETE FROM messages WHERE message_id IN (SELECT message_id FROM _removed)")
         con.execute("DELETE FROM thread_edges WHERE child IN (SELECT message_id FROM _removed)")
 
-    # The derived columns the normalization rules define, for the winning rows only.
     small = con.sql(
         "SELECT seq, subject, date_utc FROM _batch WHERE seq IN (SELECT seq FROM _win)"
     ).to_arrow_table()
-    day, iso = date_columns(small.column("date_utc"))
-    con.register(
-        "_derived",
-        pa.table(
-            {
-                "seq": small.column("seq"),
-                "subject_key": subject_keys(small.column("subject")),
-                "date_key": day,
-                "date_iso": iso,
-            }
-        ),
-    )
-    con.execute(
-        f"CREATE OR REPLACE TEMP TABLE _new AS SELECT {_MESSAGE_COLUMNS},"
-        " d.subject_key, d.date_key, d.date_iso, recorded_at AS indexed_at"
-        " FROM _batch JOIN _derived d USING (seq)"
-    )
+    con.register("_derived", _derived(small))
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _new AS {_NEW_ROWS}")
     con.unregister("_derived")
     con.execute("INSERT INTO messages BY NAME SELECT * FROM _new")
     con.execute(
@@ -304,7 +518,8 @@ def _fold_messages(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _merge_header_keys(con: duckdb.DuckDBPyConnection) -> None:
-    """Each touched key's id list: the old ids less the removed, plus the new (sorted).
+    """Each touched key's seq list: the old seqs less the removed rows', plus the new
+    (sorted).
 
     Keys not in the table yet (all of them in a replay) are inserted straight from
     the new entries; only keys already there are unnested and merged.
@@ -321,15 +536,15 @@ def _merge_header_keys(con: duckdb.DuckDBPyConnection) -> None:
             """
             CREATE OR REPLACE TEMP TABLE _merged AS
             WITH cur AS (
-                SELECT key, header, value, unnest(message_ids) AS message_id FROM header_keys
+                SELECT key, header, value, unnest(seqs) AS seq FROM header_keys
                 WHERE key IN (SELECT key FROM _existing_keys)
             ), entries AS (
-                SELECT * FROM cur WHERE message_id NOT IN (SELECT message_id FROM _removed)
-                UNION SELECT key, header, value, message_id FROM _new_entries
+                SELECT * FROM cur WHERE seq NOT IN (SELECT seq FROM _removed)
+                UNION SELECT key, header, value, seq FROM _new_entries
                 WHERE key IN (SELECT key FROM _existing_keys)
             )
             SELECT key, any_value(header) AS header, any_value(value) AS value,
-                   list(message_id ORDER BY message_id) AS message_ids
+                   list(seq ORDER BY seq) AS seqs
             FROM entries GROUP BY key
             """
         )
@@ -337,11 +552,9 @@ def _merge_header_keys(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("INSERT INTO header_keys SELECT * FROM _merged")
         con.execute("DROP TABLE _merged")
     con.execute(
-        """
-        INSERT INTO header_keys
-        SELECT key, any_value(header), any_value(value), list(message_id ORDER BY message_id)
-        FROM _new_entries WHERE key NOT IN (SELECT key FROM _existing_keys) GROUP BY key
-        """
+        _NEW_KEYS.format(
+            src="(SELECT * FROM _new_entries WHERE key NOT IN (SELECT key FROM _existing_keys))"
+        )
     )
     con.execute("DROP TABLE _existing_keys")
 
@@ -395,24 +608,28 @@ def _components(stored: Any, children: Any, parents: Any) -> tuple[pa.Array, pa.
     """Connected components of the graph whose nodes are ``stored`` and the edges'
     ends: (the nodes sorted, the smallest id of each one's component).
 
-    Ids become integer codes (their rank in sorted order, by Arrow), so the
-    union-find runs on small ints; uniting by the smaller root keeps every root
-    the smallest code of its component, which is then its label. Sorting is by
-    UTF-8 bytes, which is code point order. (scipy's connected_components was
-    tried: it is no faster here once its import, and numpy's, is paid by every
-    command that folds.)
+    Ids become integer codes (their rank in sorted order, by Arrow: one hash pass
+    to encode them, one sort of the distinct ones), so the union-find runs on
+    small ints; uniting by the smaller root keeps every root the smallest code of
+    its component, which is then its label. Sorting is by UTF-8 bytes, which is
+    code point order. (scipy's connected_components was tried: it is no faster
+    here once its import, and numpy's, is paid by every command that folds.)
     """
-
-    def strings(values: Any) -> pa.Array:
-        if isinstance(values, pa.ChunkedArray):
-            values = values.combine_chunks()
-        return pc.cast(values, pa.large_string())
-
-    stored, children, parents = strings(stored), strings(children), strings(parents)
-    nodes = pc.unique(pa.concat_arrays([stored, children, parents]))
-    nodes = nodes.take(pc.sort_indices(nodes))
-    if len(children) == 0:
+    parts = [
+        v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v
+        for v in (stored, children, parents)
+    ]
+    size = sum(p.nbytes for p in parts)
+    kind = pa.large_string() if size >= 2**31 - 1 else pa.string()
+    parts = [p if p.type == kind else pc.cast(p, kind) for p in parts]
+    encoded = pc.dictionary_encode(pa.concat_arrays(parts))
+    order = pc.sort_indices(encoded.dictionary)
+    nodes = encoded.dictionary.take(order)
+    n_stored, n_edges = len(parts[0]), len(parts[1])
+    if n_edges == 0:
         return nodes, nodes
+    # rank[code] = the code's position in sorted order (the inverse permutation)
+    codes = pc.sort_indices(order).take(encoded.indices)
     parent = list(range(len(nodes)))
 
     def find(x: int) -> int:
@@ -420,8 +637,8 @@ def _components(stored: Any, children: Any, parents: Any) -> tuple[pa.Array, pa.
             parent[x] = x = parent[parent[x]]  # path halving
         return x
 
-    ci = pc.index_in(children, value_set=nodes).to_pylist()
-    pi = pc.index_in(parents, value_set=nodes).to_pylist()
+    ci = codes.slice(n_stored, n_edges).to_pylist()
+    pi = codes.slice(n_stored + n_edges).to_pylist()
     for c, p in zip(ci, pi, strict=True):
         rc, rp = find(c), find(p)
         if rc < rp:
@@ -440,6 +657,25 @@ _LOC_KEY = (
 )
 
 
+# The locations already in the table (``_old``) merged with the batch's sightings
+# (``seen``, one row per location and content); without old rows, ``seen`` as is.
+_MERGE_OLD_LOCATIONS = """
+    WITH merged AS (
+        SELECT loc_key, sha256, source, folder, uidvalidity, uid, uidl, message_id,
+               first_seq, last_seq, seen_at, vanished_seq FROM _old
+        UNION ALL SELECT * FROM seen
+    )
+    SELECT loc_key, sha256,
+           arg_min(source, first_seq) AS source, arg_min(folder, first_seq) AS folder,
+           arg_min(uidvalidity, first_seq) AS uidvalidity,
+           arg_min(uid, first_seq) AS uid, arg_min(uidl, first_seq) AS uidl,
+           arg_min(message_id, first_seq) AS message_id,
+           min(first_seq) AS first_seq, max(last_seq) AS last_seq,
+           arg_min(seen_at, first_seq) AS seen_at, max(vanished_seq) AS vanished_seq
+    FROM merged GROUP BY loc_key, sha256
+"""
+
+
 def _fold_locations(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE _loc AS SELECT {_LOC_KEY} AS loc_key, seq, type,"
@@ -451,6 +687,7 @@ def _fold_locations(con: duckdb.DuckDBPyConnection) -> None:
         " WHERE loc_key IN (SELECT loc_key FROM _loc)"
     )
     con.execute("DELETE FROM locations WHERE loc_key IN (SELECT loc_key FROM _loc)")
+    old = con.execute("SELECT count(*) FROM _old").fetchall()[0][0]
     con.execute(
         """
         INSERT INTO locations
@@ -462,20 +699,7 @@ def _fold_locations(con: duckdb.DuckDBPyConnection) -> None:
                    min(seq) AS first_seq, max(seq) AS last_seq,
                    arg_min(recorded_at, seq) AS seen_at, CAST(NULL AS BIGINT) AS vanished_seq
             FROM _loc WHERE type = 'message-seen' GROUP BY loc_key, sha256
-        ), merged AS (
-            SELECT loc_key, sha256, source, folder, uidvalidity, uid, uidl, message_id,
-                   first_seq, last_seq, seen_at, vanished_seq FROM _old
-            UNION ALL SELECT * FROM seen
-        ), folded AS (
-            SELECT loc_key, sha256,
-                   arg_min(source, first_seq) AS source, arg_min(folder, first_seq) AS folder,
-                   arg_min(uidvalidity, first_seq) AS uidvalidity,
-                   arg_min(uid, first_seq) AS uid, arg_min(uidl, first_seq) AS uidl,
-                   arg_min(message_id, first_seq) AS message_id,
-                   min(first_seq) AS first_seq, max(last_seq) AS last_seq,
-                   arg_min(seen_at, first_seq) AS seen_at, max(vanished_seq) AS vanished_seq
-            FROM merged GROUP BY loc_key, sha256
-        ), van AS (
+        ), folded AS ({folded}), van AS (
             -- A vanish applies to the content seen at the location before it, never to
             -- content first seen there later in the same batch: otherwise a replay (one
             -- big batch) and incremental applies (vanish and later sighting in separate
@@ -495,7 +719,7 @@ def _fold_locations(con: duckdb.DuckDBPyConnection) -> None:
                         ELSE greatest(f.vanished_seq, v.vseq) END > f.last_seq,
                    false) AS vanished
         FROM folded f LEFT JOIN van v USING (loc_key, sha256)
-        """
+        """.format(folded=_MERGE_OLD_LOCATIONS if old else "SELECT * FROM seen")
     )
     con.execute("DROP TABLE _loc")
     con.execute("DROP TABLE _old")
@@ -505,10 +729,14 @@ def _fold_locations(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _fold_cursors(con: duckdb.DuckDBPyConnection) -> None:
-    rows = con.sql(
-        "SELECT seq, type, recorded_at, source, folder, uidvalidity, cursor_to, uidnext,"
-        f" mode, new_uidvalidity FROM _batch WHERE type IN ('{_MOVED}', '{_UIDV}') ORDER BY seq"
-    ).to_arrow_table().to_pylist()
+    rows = (
+        con.sql(
+            "SELECT seq, type, recorded_at, source, folder, uidvalidity, cursor_to, uidnext,"
+            f" mode, new_uidvalidity FROM _batch WHERE type IN ('{_MOVED}', '{_UIDV}') ORDER BY seq"
+        )
+        .to_arrow_table()
+        .to_pylist()
+    )
     state: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
         key = (r["source"], r["folder"])

@@ -15,7 +15,7 @@ __all__ = [
 
 # Bump when a table's shape or a fold's rule changes; a store whose projections
 # carry another version is rebuilt by replay (projections are disposable).
-PROJECTION_VERSION = 3
+PROJECTION_VERSION = 4
 
 TABLES: dict[str, str] = {
     "meta": "key VARCHAR NOT NULL, value BIGINT NOT NULL",
@@ -42,10 +42,13 @@ TABLES: dict[str, str] = {
         defects VARCHAR[],
         indexed_at TIMESTAMPTZ
     """,
-    # One row per normalized (header, value): the sorted Message-IDs that carry it.
-    # The view ``header_index`` shows it as one row per (header, value, message_id).
+    # One row per normalized (header, value): the sorted ``messages.seq`` of the
+    # messages that carry it (a row's seq is its winning event's, unique per row).
+    # Integers, not Message-IDs: a list of strings costs DuckDB several times more
+    # to build and store, and this table is the largest a replay writes. The view
+    # ``header_index`` shows it as one row per (header, value, message_id).
     "header_keys": "key VARCHAR NOT NULL, header VARCHAR NOT NULL, value VARCHAR NOT NULL,"
-    " message_ids VARCHAR[] NOT NULL",
+    " seqs BIGINT[] NOT NULL",
     "thread_edges": "child VARCHAR NOT NULL, parent VARCHAR NOT NULL, kind VARCHAR NOT NULL",
     "thread_nodes": "message_id VARCHAR NOT NULL, thread_id VARCHAR NOT NULL",
     "locations": """
@@ -76,7 +79,8 @@ _INDEXES = {
 }
 
 VIEWS = {
-    "header_index": "SELECT header, value, unnest(message_ids) AS message_id FROM header_keys",
+    "header_index": "SELECT k.header, k.value, m.message_id FROM"
+    " (SELECT header, value, unnest(seqs) AS seq FROM header_keys) k JOIN messages m USING (seq)",
 }
 
 
@@ -87,9 +91,11 @@ def create_tables(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
 
 
-def create_indexes(con: duckdb.DuckDBPyConnection) -> None:
+def create_indexes(con: duckdb.DuckDBPyConnection, table: str | None = None) -> None:
+    """The point-lookup indexes (of ``table`` only, when given)."""
     for name, target in _INDEXES.items():
-        con.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {target}")
+        if table is None or target.startswith(f"{table}("):
+            con.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {target}")
 
 
 def fingerprint(con: duckdb.DuckDBPyConnection) -> dict[str, str]:

@@ -121,12 +121,24 @@ def tables_of(db_path: Path) -> dict[str, str]:
         con.close()
 
 
-def replay(log_root: Path, chunks: int = 1) -> duckdb.DuckDBPyConnection:
-    """A fresh in-memory projection database folded from the whole log."""
-    table = EventLog(log_root).read()
+def replay(log_root: Path, chunks: int = 1, how: str = "chunks") -> duckdb.DuckDBPyConnection:
+    """A fresh in-memory projection database folded from the whole log.
+
+    ``how`` picks the rebuild's path: "chunks" (the events handed over in memory,
+    built at once), "files" (DuckDB reads the log's Parquet files itself) or
+    "folded" (too long to hold: folded chunk by chunk like incremental applies).
+    """
+    log = EventLog(log_root)
+    table = log.read()
     size = max(1, -(-table.num_rows // chunks))
     con = duckdb.connect()
-    rebuild(con, (table.slice(o, size) for o in range(0, table.num_rows, size)))
+    parts = (table.slice(o, size) for o in range(0, table.num_rows, size))
+    if how == "files":
+        rebuild(con, parts, files=[f.path for f in log.files()])
+    elif how == "folded":
+        rebuild(con, parts, bulk_rows=0)
+    else:
+        rebuild(con, parts)
     return con
 
 
@@ -264,6 +276,14 @@ def check_incremental_equals_replay(
     try:
         assert applied_seq(have) == applied_seq(want) == len(events)
         assert_same_tables(have, want, "after incremental commits")
+        # the rebuild's other two paths give the same tables as well
+        for how in ("files", "folded"):
+            other = replay(root / "log", how=how)
+            try:
+                assert applied_seq(other) == len(events)
+                assert_same_tables(other, want, f"replayed from {how}")
+            finally:
+                other.close()
     finally:
         have.close()
         want.close()
@@ -376,10 +396,12 @@ def test_verify_is_empty_on_a_healthy_store(tmp_path: Path) -> None:
 def _drop_from_header_index(con: duckdb.DuckDBPyConnection) -> str:
     """Remove a@x's From entry from the header index, whatever table holds it."""
     base = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-    if "header_keys" in base:  # one row per key with its list of ids; header_index a view
+    if "header_keys" in base:  # one row per key with its list of seqs; header_index a view
+        (seq,) = con.execute("SELECT seq FROM messages WHERE message_id = 'a@x'").fetchone()
         con.execute(
-            "UPDATE header_keys SET message_ids = list_filter(message_ids, lambda m: m <> 'a@x')"
-            " WHERE header = 'from' AND list_contains(message_ids, 'a@x')"
+            "UPDATE header_keys SET seqs = list_filter(seqs, lambda s: s <> ?)"
+            " WHERE header = 'from' AND list_contains(seqs, ?)",
+            [seq, seq],
         )
         return "header_keys"
     con.execute("DELETE FROM header_index WHERE message_id = 'a@x' AND header = 'from'")
@@ -538,6 +560,35 @@ def test_a_batch_overlapping_what_was_applied_folds_only_the_new_events(tmp_path
     assert apply(con, pa.concat_tables([b1, b2])) == 2  # a@x is not seen a second time
     assert con.execute("SELECT count(*) FROM messages").fetchall() == [(0,)]
     assert_same_tables(con, replay(tmp_path / "log"))
+
+
+def test_a_log_file_duckdb_cannot_read_is_read_from_the_chunks_instead(tmp_path: Path) -> None:
+    """A file gone by the time DuckDB reads it (a compaction replaced it): the
+    rebuild reads the events handed over instead, and gives the same tables."""
+    store = _populated_store(tmp_path / "store")
+    store.close()
+    log = EventLog(tmp_path / "store" / "log")
+    want = replay(log.root)
+    con = duckdb.connect()
+    files = [f.path for f in log.files()]
+    last = rebuild(con, [log.read()], files=[*files, tmp_path / "gone.parquet"])
+    assert last == log.last_seq() > 0
+    assert_same_tables(con, want, "after a failed read of the files")
+
+
+def test_a_damaged_log_file_fails_the_rebuild_with_its_name(tmp_path: Path) -> None:
+    from stores.errors import LogIntegrityError
+
+    store = _populated_store(tmp_path / "store")
+    store.close()
+    victim = EventLog(tmp_path / "store" / "log").files()[0].path
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = b"\xff" * 64
+    victim.write_bytes(bytes(data))
+    with pytest.raises(LogIntegrityError) as err:  # at open, or at the rebuild's read
+        with MessageStore.open(tmp_path / "store") as store:
+            store.reindex()
+    assert victim.name in str(err.value)
 
 
 def test_a_batch_past_a_gap_is_refused(tmp_path: Path) -> None:
