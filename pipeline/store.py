@@ -684,8 +684,9 @@ class MessageStore:
         """Run SQL over the projections and the ``events`` view of the log."""
         con = self._reader()
         self._define_views(con)
-        rel = con.sql(sql, params=list(params) if params else None)
-        return rel.to_arrow_table() if rel is not None else pa.table({})
+        with db.all_threads(con):
+            rel = con.sql(sql, params=list(params) if params else None)
+            return rel.to_arrow_table() if rel is not None else pa.table({})
 
     def _define_views(self, con: duckdb.DuckDBPyConnection) -> None:
         files = [str(f.path) for f in self.log.files()]

@@ -585,9 +585,9 @@ def test_a_damaged_log_file_fails_the_rebuild_with_its_name(tmp_path: Path) -> N
     data = bytearray(victim.read_bytes())
     data[len(data) // 2 : len(data) // 2 + 64] = b"\xff" * 64
     victim.write_bytes(bytes(data))
-    with pytest.raises(LogIntegrityError) as err:  # at open, or at the rebuild's read
-        with MessageStore.open(tmp_path / "store") as store:
-            store.reindex()
+    # at open, or at the rebuild's read
+    with pytest.raises(LogIntegrityError) as err, MessageStore.open(tmp_path / "store") as store:
+        store.reindex()
     assert victim.name in str(err.value)
 
 
