@@ -213,8 +213,8 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
 
     The same rules and the same SQL as an incremental fold of everything in one
     batch (on empty tables nothing is removed or merged), but the tables are
-    built by four builders at once on their own cursors: messages, header keys,
-    the thread graph, and locations with cursors. DuckDB runs a statement
+    built by builders at once on their own cursors: messages, header keys, the
+    thread edges, the thread components, and locations with cursors. DuckDB runs a statement
     without holding the GIL, and reads its own tables (unlike a registered Arrow
     table) without taking it. A builder writes only its own tables and creates
     their indexes once they are full. Each statement commits by itself: a
@@ -239,13 +239,19 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DROP TABLE _decide")
     con.execute("DROP VIEW _batch")
 
-    def threads(c: duckdb.DuckDBPyConnection) -> None:
+    def edges(c: duckdb.DuckDBPyConnection) -> None:
         views(c, 'SELECT message_id, in_reply_to, "references" FROM _batch JOIN _win USING (seq)')
-        c.execute(_INSERT_EDGES)
-        edges = c.sql("SELECT child, parent FROM thread_edges").to_arrow_table()
+        c.execute(f"CREATE TABLE {_STAGE}._edges AS {_EDGES}")
+
+    def edge_rows(c: duckdb.DuckDBPyConnection) -> None:
+        c.execute(f"INSERT INTO thread_edges SELECT * FROM {_STAGE}._edges")
+
+    def threads(c: duckdb.DuckDBPyConnection) -> None:
+        views(c, 'SELECT message_id FROM _batch JOIN _win USING (seq)')
+        found = c.sql(f"SELECT child, parent FROM {_STAGE}._edges").to_arrow_table()
         stored = c.sql("SELECT message_id FROM _new").to_arrow_table()
         nodes, labels = _components(
-            stored.column("message_id"), edges.column("child"), edges.column("parent")
+            stored.column("message_id"), found.column("child"), found.column("parent")
         )
         c.register("_nodes", pa.table({"message_id": nodes, "thread_id": labels}))
         c.execute("INSERT INTO thread_nodes SELECT message_id, thread_id FROM _nodes")
@@ -276,8 +282,10 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
         finally:
             c.close()
 
-    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="replay") as pool:
-        jobs = [pool.submit(run, threads), pool.submit(run, places)]
+    with ThreadPoolExecutor(max_workers=6, thread_name_prefix="replay") as pool:
+        # the thread graph's edges first: both its table and the components need them
+        staged_edges = pool.submit(run, edges)
+        jobs = [staged_edges, pool.submit(run, places)]
         # meanwhile, the columns the normalization rules define
         rows = con.sql(
             f"SELECT seq, subject, date_utc FROM {_STAGE}._batch"
@@ -287,6 +295,8 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE TABLE {_STAGE}._derived AS SELECT * FROM _derived_rows")
         con.unregister("_derived_rows")
         jobs += [pool.submit(run, messages), pool.submit(run, header_keys)]
+        staged_edges.result()
+        jobs += [pool.submit(run, threads), pool.submit(run, edge_rows)]
         for done in jobs:
             done.result()  # a builder's error is the rebuild's
 
@@ -559,14 +569,15 @@ def _merge_header_keys(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DROP TABLE _existing_keys")
 
 
-_INSERT_EDGES = """
-INSERT INTO thread_edges
-SELECT child, parent, min(kind) FROM (
+# The thread_edges rows of the messages in ``_new``.
+_EDGES = """
+SELECT child, parent, min(kind) AS kind FROM (
     SELECT message_id AS child, in_reply_to AS parent, 'in-reply-to' AS kind FROM _new
     UNION ALL SELECT message_id, unnest("references"), 'references' FROM _new
 ) WHERE parent IS NOT NULL AND parent <> child
 GROUP BY child, parent
 """
+_INSERT_EDGES = "INSERT INTO thread_edges " + _EDGES
 
 
 def _refresh_threads(con: duckdb.DuckDBPyConnection, affected: set[str]) -> None:
