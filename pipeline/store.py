@@ -170,7 +170,7 @@ class MessageStore:
     def close(self) -> None:
         """Release the projection database so other processes can open it."""
         if self._con is not None:
-            self._con.close()
+            db.release(self._con)
             self._con = None
             self._con_rw = False
 
@@ -217,7 +217,7 @@ class MessageStore:
                     if applied == self.log.last_seq() or (stale_ok and self._lag_is_ours(applied)):
                         self._con, self._con_rw = con, False
                         return con
-                con.close()
+                db.release(con)
             self._catch_up(self._writer())
         assert self._con is not None
         return self._con
@@ -831,7 +831,7 @@ class MessageStore:
         self.close()
         self._unapplied = []
         with contextlib.suppress(duckdb.Error, OSError):
-            db.connect(self.db_path, read_only=False, timeout=60).close()  # no other holder
+            db.release(db.connect(self.db_path, read_only=False, timeout=60))  # no other holder
         base = str(self.db_path)
         for name in (base, base + ".wal", base + ".rebuild", base + ".rebuild.wal"):
             Path(name).unlink(missing_ok=True)

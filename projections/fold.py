@@ -109,7 +109,8 @@ def rebuild(
     their reader says precisely what is wrong.
     """
     for name, kind in con.execute(
-        "SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = 'main'"
+        "SELECT table_name, table_type FROM information_schema.tables"
+        " WHERE table_schema = 'main' AND table_catalog = current_database()"
     ).fetchall():
         con.execute(f'DROP {"VIEW" if kind == "VIEW" else "TABLE"} IF EXISTS "{name}"')
     create_tables(con)
@@ -275,9 +276,12 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
         c.execute(_NEW_KEYS.format(src=f"({_ENTRIES.format(sep=KEY_SEP, src='_new')})"))
         create_indexes(c, "header_keys")
 
+    catalog = con.execute("SELECT current_database()").fetchall()[0][0]
+
     def run(job: Callable[[duckdb.DuckDBPyConnection], None]) -> None:
-        c = con.cursor()
+        c = con.cursor()  # (a new cursor starts in the instance's default database)
         try:
+            c.execute(f'USE "{catalog}"')
             job(c)
         finally:
             c.close()

@@ -114,7 +114,8 @@ def fingerprint(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     for name in TABLES:
         cols = con.execute(
             "SELECT column_name, data_type FROM information_schema.columns"
-            " WHERE table_name = ? AND table_schema = 'main' ORDER BY ordinal_position",
+            " WHERE table_name = ? AND table_schema = 'main'"
+            " AND table_catalog = current_database() ORDER BY ordinal_position",
             [name],
         ).fetchall()
         count, total = con.execute(
