@@ -182,6 +182,14 @@ def test_find_to_also_finds_cc_addresses(filled: MessageStore) -> None:
     assert filled.find("to", "nobody@example.com") == []
 
 
+def test_find_returns_ids_in_code_point_order(store: MessageStore) -> None:
+    ids = ["zed@x", "Zed@x", "\u0105b@x", "\u00c4@x", "a\U0001f600@x", "abc@x", "A1@x"]
+    for i, mid in enumerate(ids):
+        raw = f"Message-ID: <{mid}>\nFrom: same@example.com\nSubject: s\n\n{i}\n".encode()
+        store.add(f"u{i}", raw)
+    assert store.find("from", "same@example.com") == sorted(ids)
+
+
 def test_find_date_by_day_and_by_a_full_rfc2822_date(filled: MessageStore) -> None:
     assert filled.find("date", "2026-06-26") == [LIVE_ID]
     # 27 Jun 09:00 +0200 is 07:00 UTC on the 27th
