@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -186,21 +186,8 @@ def _stage_chunks(
         rows += chunk.num_rows
         if rows > bulk_rows:
             return None, itertools.chain(held, rest)
-    parts: list[pa.Table] = []
-    last = 0
-    for chunk in held:  # the same checks as ``_stage``
-        if chunk.num_rows == 0:
-            continue
-        seqs = chunk.column("seq")
-        first = seqs[0].as_py()
-        if seqs[-1].as_py() <= last:
-            continue
-        if first > last + 1:
-            raise LogIntegrityError(f"projections at seq {last} cannot apply a batch from {first}")
-        if first <= last:
-            chunk = chunk.filter(pc.greater(seqs, last))
-        parts.append(chunk.select(FOLD_SCHEMA.names).cast(FOLD_SCHEMA))
-        last = chunk.column("seq")[-1].as_py()
+    parts = [c.select(FOLD_SCHEMA.names).cast(FOLD_SCHEMA) for c in _new_events(held, 0)]
+    last = parts[-1].column("seq")[-1].as_py() if parts else 0
     _stage_table(con)
     if parts:
         con.register("_events", pa.concat_tables(parts))
@@ -343,11 +330,10 @@ def apply_chunks(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table]) -> 
     return max(last, applied)
 
 
-def _stage(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table], applied: int) -> int:
-    """Copy the events after seq ``applied`` into the temp table ``_batch``; returns
-    the last seq staged (``applied`` when there is none)."""
+def _new_events(chunks: Iterable[pa.Table], applied: int) -> Iterator[pa.Table]:
+    """The events of ``chunks`` (consecutive, in seq order) after seq ``applied``;
+    a gap before the first of them is an error."""
     last = applied
-    created = False
     for chunk in chunks:
         if chunk.num_rows == 0:
             continue
@@ -359,6 +345,16 @@ def _stage(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table], applied: 
             raise LogIntegrityError(f"projections at seq {last} cannot apply a batch from {first}")
         if first <= last:
             chunk = chunk.filter(pc.greater(seqs, last))
+        last = chunk.column("seq")[-1].as_py()
+        yield chunk
+
+
+def _stage(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table], applied: int) -> int:
+    """Copy the events after seq ``applied`` into the temp table ``_batch``; returns
+    the last seq staged (``applied`` when there is none)."""
+    last = applied
+    created = False
+    for chunk in _new_events(chunks, applied):
         if "headers" in chunk.column_names:
             chunk = chunk.drop_columns(["headers"])  # never folded: they stay in the log
         con.register("_chunk", chunk)
