@@ -202,9 +202,9 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
     The same rules and the same SQL as an incremental fold of everything in one
     batch (on empty tables nothing is removed or merged), but the tables are
     built by builders at once on their own cursors: messages, header keys, the
-    thread edges, the thread components, and locations with cursors. DuckDB runs a statement
-    without holding the GIL, and reads its own tables (unlike a registered Arrow
-    table) without taking it. A builder writes only its own tables and creates
+    thread edges, the thread components, and locations with cursors. DuckDB runs
+    a statement without holding the GIL, and reads its own tables (unlike a
+    registered Arrow table) without taking it. A builder writes only its own tables and creates
     their indexes once they are full. Each statement commits by itself: a
     rebuild killed midway leaves no ``projection_version``, so the next open
     rebuilds again.

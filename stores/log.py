@@ -40,7 +40,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,17 +85,25 @@ def read_columns(path: Path, schema: pa.Schema) -> pa.Table:
     the file lacks is null, as ``pq.read_table(schema=...)`` gives it).
 
     One ``ParquetFile`` read: ``pq.read_table`` sets up a dataset per call, which
-    made reading a log of 1,000-row files 2.5x slower. Raises what pyarrow raises
-    on a damaged file or a column that cannot take the schema's type.
+    made reading a log of 1,000-row files 2.5x slower. The rows are validated in
+    full (a damaged page may decode into invalid UTF-8); a file that does not
+    read is a LogIntegrityError naming it, never skipped. A missing file raises
+    FileNotFoundError (a compaction may just have replaced it).
     """
-    pf = pq.ParquetFile(path)
-    have = set(pf.schema_arrow.names)
-    table = pf.read(columns=[n for n in schema.names if n in have])
-    for i, field in enumerate(schema):
-        if field.name not in have:
-            table = table.add_column(i, field, pa.nulls(table.num_rows, field.type))
-    if not table.schema.equals(schema):
-        table = table.cast(schema)
+    try:
+        pf = pq.ParquetFile(path)
+        have = set(pf.schema_arrow.names)
+        table = pf.read(columns=[n for n in schema.names if n in have])
+        for i, field in enumerate(schema):
+            if field.name not in have:
+                table = table.add_column(i, field, pa.nulls(table.num_rows, field.type))
+        if not table.schema.equals(schema):
+            table = table.cast(schema)
+        table.validate(full=True)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise LogIntegrityError(f"{path}: unreadable: {exc}") from exc
     return table
 
 
@@ -492,25 +500,23 @@ class EventLog:
         # A compaction may remove a file we listed (group after group), and a
         # listing taken while it renames may show a gap: list again for as long
         # as the listing keeps changing. A failure on an unchanged listing is damage.
-        failed_on: list[LogFile] | None = None
-        while True:
-            try:
-                return self._read(after, columns)
-            except (FileNotFoundError, LogIntegrityError):
-                listing = self._all_files()
-                if listing == failed_on:
-                    raise
-                failed_on = listing
-                time.sleep(0.005)
+        return self._retried(lambda: self._read(after, columns), LogIntegrityError)
 
     def read_at(self, seqs: Sequence[int], columns: Sequence[str]) -> pa.Table:
         """``columns`` (and ``seq``) of the events at ``seqs``, reading only the files
         that hold them; retried like ``read`` while a compaction renames files."""
+        return self._retried(lambda: self._read_at(sorted(set(seqs)), ["seq", *columns]))
+
+    def _retried(
+        self, read: Callable[[], pa.Table], *also: type[Exception]
+    ) -> pa.Table:
+        """``read()``, again while the listing of files keeps changing under it (a
+        compaction renaming files); a failure on an unchanged listing is raised."""
         failed_on: list[LogFile] | None = None
         while True:
             try:
-                return self._read_at(sorted(set(seqs)), ["seq", *columns])
-            except FileNotFoundError:
+                return read()
+            except (FileNotFoundError, *also):
                 listing = self._all_files()
                 if listing == failed_on:
                     raise
@@ -548,16 +554,7 @@ class EventLog:
             assert cols is not None
             cols = ["seq", *cols]  # needed to filter the first file; dropped below
             schema = pa.schema([SCHEMA.field(c) for c in cols])
-        parts = []
-        for f in files:
-            try:
-                t = read_columns(f.path, schema)
-                t.validate(full=True)  # a damaged page may decode into invalid UTF-8
-            except FileNotFoundError:
-                raise
-            except (OSError, ValueError, pa.ArrowException) as exc:
-                raise LogIntegrityError(f"{f.path}: unreadable: {exc}") from exc
-            parts.append(t)
+        parts = [read_columns(f.path, schema) for f in files]
         table = pa.concat_tables(parts).replace_schema_metadata(None)
         if files[0].first <= after:
             table = table.filter(pc.greater(table.column("seq"), after))
