@@ -12,7 +12,9 @@ order mark (U+FEFF, or its UTF-8 bytes) is stripped, as the old ``_norm()`` did.
 Each message becomes a ``message-seen`` event with source
 ``import:gdbm:/abs/path``, folder = the file's name and the UIDL as location. A
 message without a usable Message-ID gets ``<synthetic-uidl-UIDL@local>``
-(stored as ``synthetic-uidl-UIDL@local``). A Message-ID already in the store
+(stored as ``synthetic-uidl-UIDL@local``; a UIDL holding whitespace, which no
+POP3 server sends, gives ``synthetic-uidlx-ENCODED@local``, percent-encoded, as
+no stored id holds whitespace). A Message-ID already in the store
 keeps its first record (counted as a duplicate, or ``other_source`` when it
 came from another source); its UIDL is recorded all the same, so
 :meth:`MessageStore.known_uidls` finds it and the POP3 sync does not download
@@ -30,6 +32,7 @@ import binascii
 import itertools
 import shutil
 import subprocess
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -74,7 +77,14 @@ def legacy_bytes(stored: bytes) -> bytes:
 
 
 def synthetic_uidl_id(uidl: str) -> str:
-    """The Message-ID the seed gives a legacy message without one (no angle brackets)."""
+    """The Message-ID the seed gives a legacy message without one (no angle brackets).
+
+    A stored id never holds whitespace (the header index separates ids by a
+    space): a UIDL with any gets another prefix and is percent-encoded, so no
+    two UIDLs share an id.
+    """
+    if any(ch.isspace() for ch in uidl):
+        return f"synthetic-uidlx-{urllib.parse.quote(uidl, safe='')}@local"
     return f"synthetic-uidl-{uidl}@local"
 
 

@@ -36,6 +36,7 @@ from pipeline.parse import ParsedMessage, parse_message
 from projections.fold import (
     BULK_ROWS,
     FOLD_SCHEMA,
+    ID_SEP,
     applied_seq,
     apply_chunks,
     index_key,
@@ -452,8 +453,11 @@ class MessageStore:
         """Store one message (seed API); returns its Message-ID.
 
         An id already in the store keeps its first record; this adds a location.
-        ``message_id`` overrides the parsed id (the legacy UIDL import uses it).
+        ``message_id`` overrides the parsed id (the legacy UIDL import uses it); it
+        may not hold whitespace (the header index separates ids by a space).
         """
+        if message_id is not None and (not message_id or any(c.isspace() for c in message_id)):
+            raise UsageError(f"a Message-ID may not be empty or hold whitespace: {message_id!r}")
         parsed = parse_message(raw_bytes)
         if message_id is not None:
             parsed = dataclasses.replace(parsed, message_id=message_id, synthetic_id=True)
@@ -561,16 +565,12 @@ class MessageStore:
         con = self._reader()
         if name == "message-id":
             rows = con.execute("SELECT message_id FROM messages WHERE message_id = ?", [key])
-        else:
-            # sorted by DuckDB (byte order of UTF-8 = code point order, as sorted()
-            # gives): a "from" key holds thousands of ids, and Python's sort of them
-            # cost a quarter of the lookup
-            rows = con.execute(
-                "SELECT m.message_id FROM (SELECT unnest(seqs) AS seq FROM header_keys"
-                " WHERE key = ?) JOIN messages m USING (seq) ORDER BY 1",
-                [index_key(name, key)],
-            )
-        return [r[0] for r in rows.fetchall()]
+            return [r[0] for r in rows.fetchall()]
+        # one row: its ids are stored sorted (code point order, as sorted() gives)
+        found = con.execute(
+            "SELECT message_ids FROM header_keys WHERE key = ?", [index_key(name, key)]
+        ).fetchall()
+        return found[0][0].split(ID_SEP) if found else []
 
     @_uses_db
     def walk_thread(self, msg_id: str) -> list[str]:

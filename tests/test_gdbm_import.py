@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from pipeline.cli import main
-from pipeline.gdbm_import import import_gdbm, iter_gdbm, legacy_bytes
+from pipeline.gdbm_import import import_gdbm, iter_gdbm, legacy_bytes, synthetic_uidl_id
 from pipeline.importers import import_maildir
 from pipeline.store import MessageStore
 
@@ -120,6 +120,14 @@ def test_legacy_bytes_keep_what_no_latin1_str_can_have_made() -> None:
     assert legacy_bytes(text) == text
     # Not UTF-8 at all (raw bytes written by some other version): kept as they are.
     assert legacy_bytes(b"Subject: caf\xe9\r\n\r\n\xe9\r\n") == b"Subject: caf\xe9\r\n\r\n\xe9\r\n"
+
+
+def test_a_synthetic_id_never_holds_whitespace_and_no_two_uidls_share_one() -> None:
+    assert synthetic_uidl_id("UIDL-1") == "synthetic-uidl-UIDL-1@local"  # as the seed gives
+    uidls = ["a b", "a%20b", "a\tb", "a\nb", "x-a b", "a  b"]
+    ids = [synthetic_uidl_id(u) for u in uidls]
+    assert not any(ch.isspace() for i in ids for ch in i)
+    assert len(set(ids)) == len(uidls)
 
 
 def test_the_fixture_is_a_real_gdbm_file_read_back_exactly(legacy: Path) -> None:

@@ -76,6 +76,15 @@ def test_add_returns_the_normalized_message_id_keeping_its_case(store: MessageSt
     assert store.message_ids() == ["Live.Wire@Example.ORG"]
 
 
+@pytest.mark.parametrize("bad", ["", "a b@x", "a\tb@x", " a@x"])
+def test_an_overriding_message_id_with_whitespace_is_refused_before_anything_is_written(
+    store: MessageStore, bad: str
+) -> None:
+    with pytest.raises(UsageError, match="whitespace"):
+        store.add("u1", LIVE, message_id=bad)
+    assert store.stats()["events"] == 0
+
+
 def test_get_returns_the_primary_record(filled: MessageStore) -> None:
     rec = filled.get(LIVE_ID)
     assert rec is not None
