@@ -577,7 +577,10 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--interval", type=_interval, default=300.0, help="watch interval (5m)")
     p.add_argument("--account", action="append", help="only this account (repeatable)")
     p.add_argument(
-        "--workers", type=int, help="parser processes for fetched bodies (default 2; 0: none)"
+        "--workers",
+        type=int,
+        help="processes that fetch (a folder with 300+ bodies to fetch: each on its own"
+        " connection), parse and store bodies (default 2; 0: none, one connection)",
     )
     p.add_argument("--metrics-file", type=Path, help="Prometheus textfile to write")
     p.add_argument("--json", action="store_true", help="print the run report as JSON")

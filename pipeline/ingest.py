@@ -333,6 +333,7 @@ class Ingest:
         self._fresh: deque[set[str]] = deque(maxlen=self._lookahead)
         self._unwanted: set[str] = set()  # see the class docstring: erased at flush
         self._chunk: list[Incoming] = []
+        self._ready: list[tuple[Incoming, Prepared]] = []  # see offer_prepared
         self._chunks: list[tuple[list[Incoming], Any]] = []
         self._queued = 0
         self._queued_bytes = 0
@@ -380,20 +381,41 @@ class Ingest:
         if self._queued + len(self._known) >= self.batch_size:
             self._seal()
 
-    def _submit(self) -> None:
-        chunk, self._chunk = self._chunk, []
-        if not chunk:
-            return
+    def offer_prepared(self, item: Incoming, prepared: Prepared) -> None:
+        """A message whose body a worker fetched and prepared itself (``item`` names
+        its place; its ``raw`` is empty): committed in order with the others."""
+        self.counts.uids_seen += 1
+        self._ready.append((item, prepared))
+        self._queued += 1
+        if self._queued >= self.batch_size:
+            self._seal()
+
+    def held(self, items: Sequence[Incoming]) -> dict[int, frozenset[str]] | None:
+        """By position in ``items``: the contents on record at that place for a
+        message deleted since (their bytes are left to ``_commit`` to write)."""
         if self._deleted is None:
             self._deleted = _deleted_contents(self.store, self.source)
         deleted = self._deleted
-        held = (
-            {i: frozenset(s) for i, it in enumerate(chunk) if (s := deleted.get(it.where))}
-            if deleted
-            else None
-        )
+        if not deleted:
+            return None
+        found = {i: frozenset(s) for i, it in enumerate(items) if (s := deleted.get(it.where))}
+        return found or None
+
+    @property
+    def blobs_root(self) -> str:
+        return self._blobs_root
+
+    def _submit(self) -> None:
+        if self._ready:
+            ready, self._ready = self._ready, []
+            done = [p for _, p in ready]
+            self._chunks.append(([it for it, _ in ready], _Done(lambda: done)))
+        chunk, self._chunk = self._chunk, []
+        if not chunk:
+            return
+        held = self.held(chunk)
         work = [it.path if it.path is not None else it.raw for it in chunk]
-        args = (work, self._blobs_root, held or None)
+        args = (work, self._blobs_root, held)
         fut = self.pool.submit(prepare, *args) if self.pool is not None else _Done(prepare, *args)
         self._chunks.append((chunk, fut))
 

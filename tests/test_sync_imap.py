@@ -335,6 +335,71 @@ def test_failing_message_stalls_the_cursor_but_later_ones_are_stored(
     assert code == 0 and inbox["cursor_to"] == 5 and inbox["bodies"] == 1
 
 
+# A folder with this many bodies to fetch (above pipeline.sync._WORKER_FETCH_MIN)
+# is fetched by the worker processes, each on an IMAP connection of its own.
+_MANY = 450
+
+
+def test_a_large_folder_is_fetched_by_the_workers_each_body_once(
+    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+) -> None:
+    user, env = fastmail
+    user.bulk_maildir("INBOX", [_msg(i, body="x" * (i % 700)) for i in range(_MANY)])
+    mark = env.dv.log_mark()
+    code, report = env.sync("--apply", capsys=capsys)
+    inbox = _folder(report, "fastmail", "INBOX")
+    assert code == 0, report
+    assert (inbox["new"], inbox["bodies"], inbox["errors"]) == (_MANY, _MANY, 0)
+    assert inbox["cursor_to"] == _MANY
+    assert inbox["bytes_fetched"] == sum(len(_msg(i, body="x" * (i % 700))) for i in range(_MANY))
+    # the syncing connection and two of the workers': every body crossed the wire once
+    sessions = user.sessions_since(mark, 3)
+    assert sum(s.body_count for s in sessions) == _MANY
+    assert len([s for s in sessions if s.body_count]) >= 2
+    assert env.dv.mail_events(mark) == []  # read-only: no flag changed
+    with env.open() as s:
+        ids = s.message_ids()
+        assert len(ids) == _MANY and "m449@sync.example" in ids
+        assert s.raw("m7@sync.example") == _msg(7, body="x" * 7)
+        dates = s.query("select count(*) AS n from locations where seen_at is null")
+        assert dates.column("n").to_pylist() == [0]  # each INTERNALDATE came back too
+    code, report = env.sync("--apply", capsys=capsys)
+    inbox = _folder(report, "fastmail", "INBOX")
+    assert code == 0 and (inbox["new"], inbox["bodies"]) == (0, 0)
+
+
+def test_a_failing_message_fetched_by_a_worker_stalls_the_cursor_before_it(
+    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+) -> None:
+    user, env = fastmail
+    user.bulk_maildir("INBOX", [_msg(i) for i in range(_MANY)])
+    with env.dv.imap("fastmail") as c:
+        c.select_folder("INBOX", readonly=True)
+        [uid] = c.search(["HEADER", "Message-ID", "<m299@sync.example>"])
+    assert uid > 1  # the cursor has somewhere to stall
+    md = env.dv.maildir("fastmail", "INBOX")
+    files = sorted(p for p in (md / "cur").iterdir()) + sorted((md / "new").iterdir())
+    victim = next(p for p in files if b"<m299@sync.example>" in p.read_bytes())
+    victim.chmod(0)  # Dovecot fails its FETCH
+    try:
+        code, report = env.sync("--apply", capsys=capsys)
+    finally:
+        victim.chmod(0o600)
+    inbox = _folder(report, "fastmail", "INBOX")
+    assert code == 1
+    assert inbox["failed_uids"] == [uid] and inbox["errors"] == 1
+    assert inbox["cursor_to"] == uid - 1
+    with env.open() as s:
+        ids = set(s.message_ids())
+        assert "m449@sync.example" in ids and "m299@sync.example" not in ids
+        assert len(ids) == _MANY - 1
+    mark = env.dv.log_mark()
+    code, report = env.sync("--apply", capsys=capsys)
+    inbox = _folder(report, "fastmail", "INBOX")
+    assert code == 0 and inbox["cursor_to"] == _MANY and inbox["bodies"] == 1
+    assert sum(s.body_count for s in user.sessions_since(mark)) == 1
+
+
 def test_wrong_password_fails_that_account_only(
     imap_user: Callable[[str], Any],
     dovecot: Any,
