@@ -7,13 +7,14 @@ counters.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -309,21 +310,28 @@ def test_moved_message_and_same_message_in_two_accounts_cost_an_envelope(
         ]
 
 
+@contextlib.contextmanager
+def _unreadable_on_server(env: Env, message_id: str) -> Iterator[None]:
+    """Within the block, Dovecot fails the FETCH of the fastmail INBOX message
+    ``message_id``: its file is unreadable to the server."""
+    md = env.dv.maildir("fastmail", "INBOX")
+    files = sorted(p for p in (md / "cur").iterdir()) + sorted((md / "new").iterdir())
+    victim = next(p for p in files if f"<{message_id}>".encode() in p.read_bytes())
+    victim.chmod(0)
+    try:
+        yield
+    finally:
+        victim.chmod(0o600)
+
+
 def test_failing_message_stalls_the_cursor_but_later_ones_are_stored(
     fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
 ) -> None:
     user, env = fastmail
     for i in range(5):
         user.save("INBOX", _msg(i))
-    # Make message UID 3 unreadable to Dovecot: its FETCH fails on the server.
-    md = env.dv.maildir("fastmail", "INBOX")
-    files = sorted(p for p in (md / "cur").iterdir()) + sorted((md / "new").iterdir())
-    victim = next(p for p in files if b"<m2@sync.example>" in p.read_bytes())
-    victim.chmod(0)
-    try:
+    with _unreadable_on_server(env, "m2@sync.example"):  # UID 3
         code, report = env.sync("--apply", capsys=capsys)
-    finally:
-        victim.chmod(0o600)
     inbox = _folder(report, "fastmail", "INBOX")
     assert code == 1
     assert inbox["failed_uids"] == [3] and inbox["errors"] == 1
@@ -377,14 +385,8 @@ def test_a_failing_message_fetched_by_a_worker_stalls_the_cursor_before_it(
         c.select_folder("INBOX", readonly=True)
         [uid] = c.search(["HEADER", "Message-ID", "<m299@sync.example>"])
     assert uid > 1  # the cursor has somewhere to stall
-    md = env.dv.maildir("fastmail", "INBOX")
-    files = sorted(p for p in (md / "cur").iterdir()) + sorted((md / "new").iterdir())
-    victim = next(p for p in files if b"<m299@sync.example>" in p.read_bytes())
-    victim.chmod(0)  # Dovecot fails its FETCH
-    try:
+    with _unreadable_on_server(env, "m299@sync.example"):
         code, report = env.sync("--apply", capsys=capsys)
-    finally:
-        victim.chmod(0o600)
     inbox = _folder(report, "fastmail", "INBOX")
     assert code == 1
     assert inbox["failed_uids"] == [uid] and inbox["errors"] == 1
