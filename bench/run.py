@@ -28,6 +28,8 @@ from bench.corpus import write_maildir
 
 __all__ = ["main"]
 
+_REPLAYS = 3
+
 TARGETS = {
     "import_msgs_per_s": (">=", 3000.0),
     "replay_events_per_s": (">=", 50000.0),
@@ -111,9 +113,18 @@ def main(argv: list[str] | None = None) -> int:
     took, out = _child([*ml, "import", "maildir", str(maildir), "--json"])
     counts = json.loads(out)
     figures["import_msgs_per_s"] = n / took
-    took_replay, out = _child([*ml, "replay", "--json"])
-    replay = json.loads(out)
+    # A replay takes about 2 s, and on a shared VM one sample of 2 s moves by
+    # +-15% from run to run: the median of three replays, all three printed. The
+    # import's dirty pages (600 MB) are written out first, so that the kernel's
+    # write-back is not timed as part of the replay.
+    os.sync()
+    replays = []
+    for _ in range(_REPLAYS):
+        took_replay, out = _child([*ml, "replay", "--json"])
+        replays.append((json.loads(out), took_replay))
+    replay, took_replay = sorted(replays, key=lambda r: r[0]["seconds"])[len(replays) // 2]
     figures["replay_events_per_s"] = replay["events"] / replay["seconds"]
+    samples = " / ".join(f"{r['seconds']:.2f}" for r, _ in replays)
     peak_rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
 
     from pipeline.store import MessageStore
@@ -157,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{took / baseline_s:.1f}x"
     )
     print(
-        f"replay: {replay['events']} events in {replay['seconds']:.2f}s "
-        f"({took_replay:.2f}s with interpreter start)"
+        f"replay: {replay['events']} events in {replay['seconds']:.2f}s, the median of"
+        f" {samples} s ({took_replay:.2f}s with interpreter start)"
     )
     print(
         f"find subject p50/p99 {find_subject[0]:.2f}/{find_subject[1]:.2f} ms, "
