@@ -158,6 +158,9 @@ class Mbsync(Peer):
 
 
 def _measure(dv: Dovecot, peer: Peer) -> dict[str, float]:
+    # the dirty pages of the run before (100+ MB, either peer's) are written out
+    # first: the kernel's write-back is nobody's sync time
+    os.sync()
     mark = dv.log_mark()
     wall, rss, code = peer.sync()
     out, bodies = _server_out(dv, mark)

@@ -430,6 +430,10 @@ class _FolderSync:
                 present.add(env.uid)
             else:
                 to_fetch.append(env)
+        if len(to_fetch) < _WORKER_FETCH_MIN:
+            # a few bodies (a cron delta, a rescan's stragglers) are parsed here:
+            # starting the worker processes would cost more (0.4-0.5 s)
+            ingest.pool = None
         try:
             if self._in_workers(to_fetch):
                 self._fetch_in_workers(folder, state, to_fetch, failed, ingest, fr, present)
