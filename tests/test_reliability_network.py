@@ -85,6 +85,52 @@ def test_a_server_stalling_every_body_fetch_costs_two_timeouts_per_folder_not_on
         assert store_problems(s, ACCOUNT, server_truth(dovecot, "fastmail", FOLDERS)) == []
 
 
+# Above pipeline.sync._WORKER_FETCH_MIN: the workers fetch this INBOX's bodies,
+# each on a connection of its own (through the proxy too).
+_WORKER_INBOX = 320
+
+
+def test_workers_stalled_on_every_body_fetch_fail_the_folder_within_the_timeout(
+    dovecot: Any, imap_user: Any, tmp_path: Path
+) -> None:
+    imap_user("fastmail")
+    seed_mailbox(dovecot, inbox=_WORKER_INBOX, archive=2)
+    with FaultProxy(("127.0.0.1", dovecot.imap_port)) as proxy:
+        drv = SyncDriver(dovecot, tmp_path, proxy.port, timeout=1.0)
+        proxy.schedule([Fault("stall", conn=None, on_command="BODY.PEEK[]", seconds=30)])
+        run = drv.sync("--apply", workers=2)
+        assert run.traceback is None and run.code == 1
+        # two timeouts per worker chunk under way and per folder, not one per message
+        assert run.seconds < 25, f"{run.seconds:.1f}s"
+        inbox = run.report["accounts"][ACCOUNT]["folders"]["INBOX"]
+        assert "timed out" in (inbox["error"] or ""), inbox
+        assert inbox["cursor_to"] is None  # nothing durable: the cursor never moved
+        proxy.schedule([])
+        again = drv.sync("--apply", workers=2)
+        assert again.code == 0, again.report
+    with drv.open() as s:
+        assert store_problems(s, ACCOUNT, server_truth(dovecot, "fastmail", FOLDERS)) == []
+
+
+def test_a_worker_connection_cut_mid_body_fetch_reconnects_and_stores_each_once(
+    dovecot: Any, imap_user: Any, tmp_path: Path
+) -> None:
+    imap_user("fastmail")
+    seed_mailbox(dovecot, inbox=_WORKER_INBOX, archive=2)
+    with FaultProxy(("127.0.0.1", dovecot.imap_port)) as proxy:
+        drv = SyncDriver(dovecot, tmp_path, proxy.port)
+        # connection 0 is the syncing process's; 1 is the first worker's: it dies
+        # inside its first body FETCH, 20 kB into the answer
+        proxy.schedule([Fault("drop", conn=1, on_command="BODY.PEEK[]", after=20_000)])
+        run = drv.sync("--apply", workers=2)
+        assert run.traceback is None and run.code == 0, run.report
+        inbox = run.report["accounts"][ACCOUNT]["folders"]["INBOX"]
+        assert (inbox["new"], inbox["bodies"], inbox["errors"]) == (_WORKER_INBOX,) * 2 + (0,)
+        assert [(f.conn, f.fault.kind) for f in proxy.fired] == [(1, "drop")]  # it happened
+    with drv.open() as s:
+        assert store_problems(s, ACCOUNT, server_truth(dovecot, "fastmail", FOLDERS)) == []
+
+
 def test_a_cut_in_one_folder_does_not_fail_the_next_folder(
     dovecot: Any, imap_user: Any, tmp_path: Path
 ) -> None:
