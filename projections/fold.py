@@ -340,7 +340,8 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
         # the thread graph's edges first: both its table and the components need them
         staged_edges = pool.submit(run, edges)
         derived.result()
-        jobs += [staged_edges, pool.submit(run, messages), pool.submit(run, header_keys)]
+        # the longest builder first: it ends the rebuild when it starts last
+        jobs += [staged_edges, pool.submit(run, header_keys), pool.submit(run, messages)]
         staged_edges.result()
         jobs += [pool.submit(run, threads), pool.submit(run, edge_rows)]
         for done in jobs:
