@@ -415,10 +415,7 @@ class _FolderSync:
         else:
             envelopes = list(self.src.envelopes(uids))
         by_uid = {e.uid: e for e in envelopes}
-        gone_before_fetch = len([u for u in uids if u not in by_uid])
-        fr.vanished += gone_before_fetch
-        ingest.counts.uids_seen += gone_before_fetch
-        ingest.counts.vanished += gone_before_fetch
+        _gone(ingest, fr, len([u for u in uids if u not in by_uid]))
         known = self.store.known_records(
             [(e.message_id, e.size) for e in envelopes if e.message_id is not None]
         )
@@ -492,9 +489,7 @@ class _FolderSync:
                 raw = got.get(env.uid)
                 if raw is None:
                     if env.uid not in failed:  # gone between envelope and body
-                        ingest.counts.uids_seen += 1
-                        ingest.counts.vanished += 1
-                        fr.vanished += 1
+                        _gone(ingest, fr, 1)
                     continue
                 fr.bytes_fetched += len(raw)
                 ingest.offer(
@@ -580,10 +575,7 @@ class _FolderSync:
                     )
                     present.add(uid)
                 failed.extend(done.failed)
-                gone = len(done.vanished)
-                ingest.counts.uids_seen += gone
-                ingest.counts.vanished += gone
-                fr.vanished += gone
+                _gone(ingest, fr, len(done.vanished))
         finally:
             for fut in pending:
                 fut.cancel()
@@ -663,6 +655,13 @@ class _FolderSync:
             )
         fr.vanished += len(gone)
         return recorded & on_server
+
+
+def _gone(ingest: Ingest, fr: FolderReport, n: int) -> None:
+    """Count ``n`` UIDs that were taken but are no longer on the server."""
+    ingest.counts.uids_seen += n
+    ingest.counts.vanished += n
+    fr.vanished += n
 
 
 def _chunks(envs: list[Envelope]) -> list[list[Envelope]]:
