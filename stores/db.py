@@ -89,7 +89,12 @@ def connect(path: Path, *, read_only: bool, timeout: float = 30.0) -> duckdb.Duc
                 else:
                     alias = f"projections_{next(host.names)}"
                     # spill files beside the database, as a connection to it had them
-                    host.con.execute(f"SET temp_directory = {_quote(key + '.tmp')}")
+                    # (DuckDB refuses any SET, even of the same directory, once a
+                    # query has spilled: a second hold of the file would fail)
+                    temp = key + ".tmp"
+                    now = host.con.execute("SELECT current_setting('temp_directory')")
+                    if now.fetchall()[0][0] != temp:
+                        host.con.execute(f"SET temp_directory = {_quote(temp)}")
                     host.con.execute(
                         f"ATTACH {_quote(key)} AS {alias}" + (" (READ_ONLY)" if read_only else "")
                     )

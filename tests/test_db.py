@@ -117,3 +117,31 @@ def test_each_attachment_reads_its_own_file(tmp_path: Path) -> None:
     finally:
         db.release(a)
         db.release(b)
+
+
+def test_the_file_is_held_again_after_a_query_spilled_to_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DuckDB refuses to set its spill directory again once a query has used it (even
+    to the same path): each hold used to set it, so the next hold failed."""
+    monkeypatch.setattr(db, "_host", None)  # a fresh instance with a small memory limit
+    monkeypatch.setitem(db.CONFIG, "memory_limit", "32MB")
+    path = tmp_path / "p.duckdb"
+    _new_db(path)
+    try:
+        con = db.connect(path, read_only=False)
+        con.execute(
+            "CREATE TEMP TABLE big AS SELECT range::VARCHAR || repeat('x', 60) AS s"
+            " FROM range(2000000)"
+        )
+        spilled = list((tmp_path / "p.duckdb.tmp").iterdir())
+        assert spilled, "the query did not spill: the case is not exercised"
+        db.release(con)
+        again = db.connect(path, read_only=True)
+        assert again.execute("SELECT sum(x) FROM t").fetchall() == [(1,)]
+        db.release(again)
+    finally:
+        host = db._host
+        monkeypatch.setattr(db, "_host", None)
+        if host is not None:
+            host.con.close()
