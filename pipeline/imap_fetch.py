@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from pipeline.config import Account
 from pipeline.imap import ImapSource
-from pipeline.ingest import Prepared, prepare
+from pipeline.prepare import Prepared, prepare
 from stores.errors import SourceError
 
 __all__ = ["Fetched", "fetch_bodies", "fetch_prepared"]

@@ -15,21 +15,22 @@ import logging
 import multiprocessing
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import pyarrow as pa
 
-from pipeline.parse import ParsedMessage, parse_message
+from pipeline.parse import ParsedMessage
+from pipeline.prepare import Prepared, prepare, watch_parent
 from pipeline.store import MessageStore, _uses_db
-from stores.blobs import BlobStore, encode_blob
 from stores.events import Event
 
-__all__ = ["Incoming", "Ingest", "Prepared", "RunCounts", "prepare", "worker_pool"]
+__all__ = [
+    "Incoming", "Ingest", "Prepared", "RunCounts", "WorkerPool", "prepare", "worker_pool",
+]  # fmt: skip
 
 log = logging.getLogger("mailledger.ingest")
 
@@ -100,117 +101,64 @@ class Incoming:
         return (self.folder, self.uidvalidity, self.uid, self.uidl)
 
 
-@contextlib.contextmanager
-def worker_pool(workers: int) -> Iterator[Executor | None]:
-    """Processes that read, parse, compress and store messages while this one
-    commits (None for 0 workers).
+class WorkerPool(Executor):
+    """Processes that read (or fetch), parse, compress and store messages while
+    this one commits: started at the first ``submit``, given back by ``release``
+    (the next ``submit`` starts them again).
+
+    A sync releases them at the end of each folder's fetch: idle, they would keep
+    their memory and their IMAP connections through the folder's fold and every
+    small folder after it.
 
     forkserver, not fork: this process may hold DuckDB threads and locks that a
-    forked child must not inherit.
+    forked child must not inherit. The server preloads only what a worker runs
+    (``pipeline.prepare``, ``pipeline.imap_fetch``), which loads neither pyarrow
+    nor DuckDB: each process of the pool is about 25 MB, not 85, and starting
+    the pool again costs a fork per worker.
     """
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._pool: ProcessPoolExecutor | None = None
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        if self._pool is None:
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(["pipeline.prepare", "pipeline.imap_fetch"])
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=ctx,
+                initializer=watch_parent,
+                initargs=(os.getpid(),),
+            )
+        return self._pool.submit(fn, *args, **kwargs)
+
+    def release(self, *, cancel: bool = False) -> None:
+        """End the processes (after the calls already running; ``cancel``: drop
+        those still queued)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=cancel)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.release(cancel=cancel_futures)
+
+
+@contextlib.contextmanager
+def worker_pool(workers: int) -> Iterator[WorkerPool | None]:
+    """A ``WorkerPool`` of ``workers`` processes for a run (None for 0 workers)."""
     if workers <= 0:
         yield None
         return
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["pipeline.ingest"])
-    pool = ProcessPoolExecutor(
-        max_workers=workers, mp_context=ctx, initializer=_watch_parent, initargs=(os.getpid(),)
-    )
+    pool = WorkerPool(workers)
     try:
         yield pool
     except BaseException:
         # the run failed (a full disk, say): chunks still queued would only write
         # more blobs that no event will name
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.release(cancel=True)
         raise
-    pool.shutdown(wait=True)
-
-
-def _watch_parent(pid: int) -> None:
-    """In a worker: exit when the importing process is gone (killed with -9, say);
-    nothing else would ever tell a worker of a forkserver that its job has died."""
-    import threading
-    import time
-
-    def watch() -> None:
-        while True:
-            time.sleep(0.5)
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                os._exit(0)
-            except PermissionError:
-                pass
-
-    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
-
-
-class Prepared(NamedTuple):
-    """What ``prepare`` made of one message."""
-
-    parsed: ParsedMessage | None  # None: the file could not be read (see error)
-    written: bool  # this call wrote the blob: its bytes were new
-    blob: bytes | None = None  # the encoded blob, left for the committing process to write
-    error: str | None = None
-
-
-_blob_stores: dict[str, BlobStore] = {}
-
-
-def _blobs_at(root: str) -> BlobStore:
-    """This process's writer for the blob store at ``root`` (kept across chunks for
-    its index of the packs it has read; one store at a time)."""
-    blobs = _blob_stores.get(root)
-    if blobs is None:
-        _blob_stores.clear()
-        blobs = _blob_stores[root] = BlobStore(Path(root))
-    return blobs
-
-
-def prepare(
-    items: Sequence[bytes | str],
-    blobs_root: str,
-    held: Mapping[int, frozenset[str]] | None = None,
-) -> list[Prepared]:
-    """Read (an item that is a path), parse, compress and store each message: the
-    costly part of an ingest, run by worker processes when there is a pool.
-
-    A blob already stored is not compressed again. The blob of item ``i`` whose
-    sha256 is in ``held[i]`` is not written but returned encoded: its location
-    is on record for a message since deleted, and only the committing process
-    knows whether it may come back (see ``Ingest._commit``). A file that cannot
-    be read is returned with its ``error``; a blob that cannot be written (a full
-    disk) raises the OSError naming it.
-    """
-    blobs = _blobs_at(blobs_root)
-    blobs.refresh()
-    out: list[Prepared] = []
-    new: list[tuple[int, str, bytes]] = []  # (position in out, sha256, encoded blob)
-    for i, item in enumerate(items):
-        if isinstance(item, str):
-            try:
-                with open(item, "rb") as fh:
-                    raw = fh.read()
-            except OSError as exc:
-                out.append(Prepared(None, False, error=f"unreadable: {exc.strerror or exc}"))
-                continue
-        else:
-            raw = item
-        p = parse_message(raw)
-        if held is not None and p.sha256 in held.get(i, ()):
-            out.append(Prepared(p, False, encode_blob(raw)))
-        elif blobs.holds(p.sha256):
-            out.append(Prepared(p, False))
-        else:
-            new.append((len(out), p.sha256, encode_blob(raw)))
-            out.append(Prepared(p, False))
-    # the chunk's new blobs go into one pack: one file, not one per message
-    written = blobs.put_many((sha, blob) for _, sha, blob in new)
-    for at, sha, _ in new:
-        if sha in written:
-            written.discard(sha)  # a second copy in the chunk finds it written
-            out[at] = out[at]._replace(written=True)
-    return out
+    pool.release()
 
 
 class _Done:

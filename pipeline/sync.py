@@ -22,14 +22,13 @@ import logging
 import random
 from collections import deque
 from collections.abc import Callable, Mapping
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.config import Account, Config, InitialMode, resolve_secret
 from pipeline.imap import Envelope, FolderState, ImapSource, missing_folders, select_folders
 from pipeline.imap_fetch import Fetched, fetch_bodies, fetch_prepared
-from pipeline.ingest import Incoming, Ingest, RunCounts, worker_pool
+from pipeline.ingest import Incoming, Ingest, RunCounts, WorkerPool, worker_pool
 from pipeline.parse import synthetic_message_id
 from pipeline.store import MessageStore
 from stores.errors import MailledgerError, SourceError
@@ -230,7 +229,7 @@ class _FolderSync:
         account: Account,
         opts: SyncOptions,
         report: AccountReport,
-        pool: Executor | None = None,
+        pool: WorkerPool | None = None,
         secret: str | None = None,
     ) -> None:
         self.store = store
@@ -579,6 +578,9 @@ class _FolderSync:
         finally:
             for fut in pending:
                 fut.cancel()
+            # the workers' part of this folder is done: idle, they would keep their
+            # memory and connections through the fold and any smaller folder after
+            pool.release(cancel=True)
 
     def _where(self, folder: str, state: FolderState, env: Envelope) -> Incoming:
         return Incoming(
@@ -718,7 +720,7 @@ def _sync_account(
     report: RunReport,
     emit: Callable[[str], None],
     source_factory: Callable[[Account, str], ImapSource],
-    pool: Executor | None,
+    pool: WorkerPool | None,
 ) -> None:
     if account.type == "pop3":
         from pipeline.pop3 import sync_pop3_account

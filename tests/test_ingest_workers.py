@@ -271,3 +271,24 @@ def test_prepare_leaves_a_held_blob_to_the_caller_and_skips_compressing_a_stored
     [second] = prepare([raw], str(blobs.root))
     assert first == Prepared(first.parsed, True) and second == Prepared(second.parsed, False)
     assert blobs.get(sha) == raw
+
+
+_HEAVY = "sorted(m for m in __import__('sys').modules if m in ('pyarrow', 'duckdb'))"
+
+
+def test_a_worker_process_loads_neither_pyarrow_nor_duckdb() -> None:
+    """What a worker runs (fetch, parse, compress, store) needs neither library, and
+    each would cost every worker (and the fork server) tens of MB and its import time."""
+    from pipeline.imap_fetch import fetch_prepared
+
+    with ingest_mod.worker_pool(1) as pool:
+        assert pool is not None
+        assert pool.submit(eval, _HEAVY).result() == []
+        # the worker has what it runs (these are the callables the pool is given)
+        loaded = "sorted(m for m in __import__('sys').modules if m.startswith('pipeline.'))"
+        in_worker = set(pool.submit(eval, loaded).result())
+        assert {"pipeline.imap_fetch", "pipeline.prepare"} <= in_worker
+    assert fetch_prepared.__module__ == "pipeline.imap_fetch"
+    assert prepare.__module__ == "pipeline.prepare"
+    # and this process, which commits, does load them: the check above is not vacuous
+    assert eval(_HEAVY) == ["duckdb", "pyarrow"]
