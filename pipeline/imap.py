@@ -181,6 +181,10 @@ class ImapSource:
             raise TransientSourceError(
                 f"{acct.name}: cannot connect to {acct.host}:{acct.port}: {exc}"
             ) from exc
+        # INTERNALDATEs with their offset: imapclient's default turns them into naive
+        # local time, which ``_utc`` would then take for UTC (wrong by the machine's
+        # offset anywhere but UTC)
+        client.normalise_times = False
         self.client = client
 
     def close(self) -> None:

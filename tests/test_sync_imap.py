@@ -587,3 +587,30 @@ def test_watch_wakes_on_idle_and_stops_cleanly_on_sigterm(
         assert s.message_ids() == ["m1@sync.example", "m2@sync.example"]
         modes = [m["mode"] for m in s.cursor_log("fastmail", "INBOX")]
         assert modes == ["full", "watch"]
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["in-process", "workers"])
+def test_internaldate_is_recorded_as_the_same_instant_whatever_the_local_timezone(
+    fastmail: tuple[Any, Env],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    many: bool,
+) -> None:
+    """A sync run from cron on a machine in another timezone records the server's
+    INTERNALDATE as the same instant (it was once read as local time and labelled UTC)."""
+    user, env = fastmail
+    when = datetime(2024, 3, 9, 23, 30, 5, tzinfo=UTC)
+    n = _MANY if many else 3
+    user.bulk_maildir("INBOX", [(when, _msg(i)) for i in range(n)])
+    monkeypatch.setenv("TZ", "Asia/Kolkata")  # +05:30 all year
+    time.tzset()
+    try:
+        code, report = env.sync("--apply", capsys=capsys)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert code == 0 and _folder(report, "fastmail", "INBOX")["bodies"] == n
+    with env.open() as s:
+        dates = s.log.read(columns=["type", "internal_date"]).to_pylist()
+    seen = [d["internal_date"] for d in dates if d["type"] == "message-seen"]
+    assert len(seen) == n and set(seen) == {when}
