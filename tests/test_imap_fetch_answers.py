@@ -1,0 +1,91 @@
+"""Reading FETCH answers for bodies: the common shape is read without imapclient's
+lexer, anything else by imapclient, and both give the same bodies and dates."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from imapclient.response_parser import parse_fetch_response
+
+from pipeline.config import load_config, resolve_secret
+from pipeline.imap import ImapSource, _bodies_fast
+
+BODY = b"From: a@example.org\r\nSubject: hi\r\n\r\nbody\r\n"
+
+
+def _head(seq: int, items: str, body: bytes = BODY) -> bytes:
+    return f"{seq} ({items} BODY[] {{{len(body)}}}".encode()
+
+
+def test_the_common_shape_is_read_in_either_order_of_its_items() -> None:
+    longer = BODY + b"x"
+    data = [
+        (_head(1, 'UID 7 INTERNALDATE "09-Mar-2024 23:30:05 +0000"'), BODY), b")",
+        (_head(2, 'INTERNALDATE "10-Mar-2024 01:00:00 +0100" UID 9', longer), longer), b")",
+        (_head(3, "UID 12", b""), b""), b")",
+    ]  # fmt: skip
+    assert _bodies_fast(data) == [
+        (7, BODY, b"09-Mar-2024 23:30:05 +0000"),
+        (9, BODY + b"x", b"10-Mar-2024 01:00:00 +0100"),
+        (12, b"", None),
+    ]
+    assert _bodies_fast([]) == []
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        [None],  # no message matched
+        [(_head(1, "UID 7"), BODY), b")", b"2 (FLAGS (\\Seen) UID 8)"],  # unsolicited FLAGS
+        [(_head(1, "UID 7"), BODY), b" FLAGS (\\Seen))"],  # an item after the literal
+        [(_head(1, "UID 7 FLAGS (\\Seen)"), BODY), b")"],  # an item not asked for
+        [(_head(1, "UID 7"), BODY[:-1]), b")"],  # the literal is not the size announced
+        [(_head(1, 'INTERNALDATE "x"'), BODY), b")"],  # no UID
+        [(_head(1, "UID 7"), BODY)],  # no closing parenthesis
+    ],
+    ids=["none", "unsolicited", "after-literal", "other-item", "size", "no-uid", "unclosed"],
+)
+def test_any_other_shape_is_left_to_imapclient(data: list[Any]) -> None:
+    assert _bodies_fast(data) is None
+
+
+@pytest.fixture
+def source(imap_user: Callable[[str], Any], tmp_path: Path) -> ImapSource:
+    user = imap_user("fastmail")
+    when = datetime(2024, 3, 9, 23, 30, 5, tzinfo=UTC)
+    for i in range(5):
+        user.save("INBOX", BODY.replace(b"hi", f"hi {i}".encode()) + b"x" * i * 100, when=when)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(user.account_toml())
+    env = {**os.environ, **user.dv.password_env()}
+    account = load_config(cfg, env).accounts["fastmail"]
+    src = ImapSource(account, resolve_secret(account, env))
+    src.connect()
+    src.examine("INBOX")
+    return src
+
+
+def test_dovecots_answers_read_the_same_both_ways(source: ImapSource) -> None:
+    raw = source._fetch_raw([1, 2, 3, 4, 5], ["BODY.PEEK[]", "INTERNALDATE"])
+    fast = _bodies_fast(raw)
+    assert fast is not None and [uid for uid, _, _ in fast] == [1, 2, 3, 4, 5]
+    slow = parse_fetch_response(raw, False, True)
+    assert {uid: body for uid, body, _ in fast} == {u: d[b"BODY[]"] for u, d in slow.items()}
+    got = source.bodies([1, 2, 3, 4, 5, 99], dates=True)  # 99: not on the server
+    assert sorted(got) == [1, 2, 3, 4, 5] and got[5].endswith(b"x" * 400)
+    assert set(source.internal_dates.values()) == {datetime(2024, 3, 9, 23, 30, 5, tzinfo=UTC)}
+    assert {u: source.internal_dates[u] for u in got} == {
+        u: d[b"INTERNALDATE"].astimezone(UTC) for u, d in slow.items()
+    }
+    source.close()
+
+
+def test_imaplib_does_not_format_every_body_for_a_log_nobody_reads(source: ImapSource) -> None:
+    """imapclient sets imaplib's debug level to 5: the repr of every body, twice."""
+    assert source._c._imap.debug == 0
+    source.close()
