@@ -182,7 +182,11 @@ def _read_header_fields(data: bytes, defects: list[str]) -> list[tuple[str, str]
         return []
     # bytes.find and replace run at memchr speed; a regex for "\r?\n\r?\n"
     # would try every position of the message in Python's engine.
-    ends = [at for at in (data.find(b"\n\n"), data.find(b"\n\r\n")) if at >= 0]
+    # A CRLF message has no "\n\n": look for it only before the first "\n\r\n"
+    # (otherwise the whole body is scanned for nothing).
+    crlf = data.find(b"\n\r\n")
+    lf = data.find(b"\n\n", 0, crlf + 1) if crlf >= 0 else data.find(b"\n\n")
+    ends = [at for at in (lf, crlf) if at >= 0]
     block = data[: min(ends)] if ends else data
     lines = _FOLD.sub(b"", block.replace(b"\r\n", b"\n")).split(b"\n")
     fields: list[tuple[str, str]] = []

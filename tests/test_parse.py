@@ -401,3 +401,19 @@ def test_every_notmuch_corpus_message_parses() -> None:
             synthetic.append(path.name)
     # Only the corpus README lacks a Message-ID; every real message has one.
     assert synthetic == ["README"]
+
+
+_PIECES = [b"A: 1", b" x", b"B: 2", b"\n", b"\r\n", b"\r", b""]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=12))
+def test_the_header_block_ends_at_the_first_blank_line_of_either_ending(parts: list[bytes]) -> None:
+    """The block ends at the first "\\n\\n" or "\\n\\r\\n", whichever comes first (the
+    search for "\\n\\n" stops at the first "\\n\\r\\n": a CRLF body is not scanned)."""
+    raw = b"Subject: s\n" + b"".join(parts) + b"\n\nBody: not a header\n"
+    ends = [at for at in (raw.find(b"\n\n"), raw.find(b"\n\r\n")) if at >= 0]
+    block = raw[: min(ends)]
+    got = parse_message(raw).headers
+    assert ("Body", "not a header") not in got
+    assert [n for n, _ in got] == [n for n, _ in parse_message(block + b"\n\n").headers]
