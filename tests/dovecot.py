@@ -878,8 +878,15 @@ class Dovecot:
         finally:
             client.logout()
         # the logout line comes just after the client's LOGOUT returns: wait for it,
-        # so that a log_mark() taken after seeding sees only the code under test
-        self.sessions_since(mark, user=user, protocol="imap")
+        # so that a log_mark() taken after seeding sees only the code under test.
+        # For this session's line, not any: the line of a session that ended just
+        # before (a sync's) may be logged after ``mark`` too, and waiting for it
+        # alone left this one to land after the caller's mark.
+        def appended(text: str) -> bool:
+            return any(s.user == user and s.protocol == "imap" and s["in"] >= len(raw)
+                       for s in session_bytes(text))
+
+        self.log_since(mark, until=appended)
         m = re.search(rb"APPENDUID \d+ (\d+)", answer if isinstance(answer, bytes) else b"")
         if not m:
             raise DovecotError(f"APPEND answered without APPENDUID: {answer!r}")
