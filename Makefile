@@ -25,8 +25,16 @@ test: venv
 replay: venv
 	$(BIN)/mailledger --store $(STORE) replay
 
+# Both benchmarks: import / replay / lookups (bench.run), then the IMAP sync against
+# mbsync on a loopback Dovecot (bench.sync_bench; isync and dovecot from apt-get
+# when run as root and missing). SYNC_BENCH_ARGS="--runs 1" for a quick one.
 bench: venv
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+	@if ! command -v mbsync >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "bench: installing isync (mbsync) for the sync benchmark" >&2; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq isync dovecot-imapd) >/dev/null 2>&1 || true; \
+	fi
+	$(BIN)/python -m bench.sync_bench $(SYNC_BENCH_ARGS)
 
 # The reliability campaigns (RELIABILITY.md): crash (>= 500 kill -9 trials), network faults,
 # server anomalies, hostile mail, storage faults, erasure, secrets. Runs as root for the
