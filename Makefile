@@ -45,7 +45,7 @@ torture: venv
 
 lint: venv
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check . || true
+	$(BIN)/ruff format --check .
 
 clean:
 	rm -rf demo-store demo-store-imap bench-data .pytest_cache .ruff_cache

@@ -197,8 +197,7 @@ class BlobStore:
                     raw = fh.read(count * _ENTRY.size)
                     if zlib.crc32(raw) == crc:
                         return [
-                            (sha.hex(), off, length)
-                            for sha, off, length in _ENTRY.iter_unpack(raw)
+                            (sha.hex(), off, length) for sha, off, length in _ENTRY.iter_unpack(raw)
                         ]
             fh.seek(0)
             data = fh.read()
@@ -467,7 +466,6 @@ def _writer_alive(tmp_name: str) -> bool:
     except PermissionError:
         return True  # alive, another user's
     return True
-
 
 
 def pack_records(data: bytes) -> Iterator[tuple[str, int, int]]:

@@ -384,9 +384,7 @@ class EventLog:
         tmp = self.root / f".tmp-{first}-{last}-{os.getpid()}"
         try:
             with open(tmp, "wb", opener=lambda p, fl: os.open(p, fl, 0o600)) as fh:
-                pq.write_table(
-                    table, fh, compression="zstd", row_group_size=max(1, table.num_rows)
-                )
+                pq.write_table(table, fh, compression="zstd", row_group_size=max(1, table.num_rows))
                 fh.flush()
                 if self.durable:
                     os.fsync(fh.fileno())
@@ -507,9 +505,7 @@ class EventLog:
         that hold them; retried like ``read`` while a compaction renames files."""
         return self._retried(lambda: self._read_at(sorted(set(seqs)), ["seq", *columns]))
 
-    def _retried(
-        self, read: Callable[[], pa.Table], *also: type[Exception]
-    ) -> pa.Table:
+    def _retried(self, read: Callable[[], pa.Table], *also: type[Exception]) -> pa.Table:
         """``read()``, again while the listing of files keeps changing under it (a
         compaction renaming files); a failure on an unchanged listing is raised."""
         failed_on: list[LogFile] | None = None

@@ -214,9 +214,7 @@ def _erase_rows(table: pa.Table, victims: dict[str, str], last_seq: int) -> tupl
         return table, 0
     ids = [
         victims[mid] if hit else mid
-        for mid, hit in zip(
-            table.column("message_id").to_pylist(), mask.to_pylist(), strict=True
-        )
+        for mid, hit in zip(table.column("message_id").to_pylist(), mask.to_pylist(), strict=True)
     ]
     columns = {}
     for name in table.column_names:

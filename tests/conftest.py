@@ -59,8 +59,10 @@ def dovecot() -> Iterator[object]:
     from dovecot import Dovecot, find_dovecot
 
     if find_dovecot() is None:
-        pytest.skip("dovecot not installed (apt-get install -y dovecot-imapd dovecot-pop3d "
-                    "openssl; .ci/run does this)")
+        pytest.skip(
+            "dovecot not installed (apt-get install -y dovecot-imapd dovecot-pop3d "
+            "openssl; .ci/run does this)"
+        )
     server = Dovecot()
     server.start()
     try:

@@ -130,8 +130,11 @@ _MAIL_EVENT = re.compile(
     r"mailbox_delete|mailbox_rename): (?P<fields>.*)$"
 )
 _FIELD = re.compile(r"(\w+)=(\([^)]*\)|[^,]*)(?:, |$)")
-_POP3_PAIRS = {"top": ("top_count", "top_bytes"), "retr": ("retr_count", "retr_bytes"),
-               "del": ("del_count", "messages")}
+_POP3_PAIRS = {
+    "top": ("top_count", "top_bytes"),
+    "retr": ("retr_count", "retr_bytes"),
+    "del": ("del_count", "messages"),
+}
 
 
 @dataclass(frozen=True)
@@ -192,8 +195,16 @@ def session_bytes(log_text: str) -> list[Session]:
                 counters[second] = int(b or 0)
             else:
                 counters[key] = int(a)
-        out.append(Session(m["proto"], m["user"], int(m["pid"]), m["session"],  # type: ignore[arg-type]
-                           m["reason"], counters))
+        out.append(
+            Session(
+                m["proto"],
+                m["user"],
+                int(m["pid"]),
+                m["session"],  # type: ignore[arg-type]
+                m["reason"],
+                counters,
+            )
+        )
     return out
 
 
@@ -223,9 +234,18 @@ def mail_events(log_text: str) -> list[MailEvent]:
         fields = {k: v for k, v in _FIELD.findall(m["fields"])}
         flags = tuple(fields.get("flags", "()").strip("()").split())
         uid = fields.get("uid")
-        out.append(MailEvent(m["proto"], m["user"], m["event"], fields.get("box", ""),
-                             int(uid) if uid and uid.isdigit() else None,
-                             fields.get("msgid") or None, flags, fields))
+        out.append(
+            MailEvent(
+                m["proto"],
+                m["user"],
+                m["event"],
+                fields.get("box", ""),
+                int(uid) if uid and uid.isdigit() else None,
+                fields.get("msgid") or None,
+                flags,
+                fields,
+            )
+        )
     return out
 
 
@@ -251,6 +271,7 @@ class RawLog:
 
 
 # --- process helpers -----------------------------------------------------------
+
 
 def _alive(pid: int) -> bool:
     """True while pid exists and is not a zombie (pid 1 may reap slowly)."""
@@ -296,8 +317,12 @@ def _sweep_stale(min_age: float = 600.0) -> None:
             st = d.lstat()
         except OSError:
             continue
-        if (not d.is_dir() or d.is_symlink() or st.st_uid != os.geteuid()
-                or time.time() - st.st_mtime < min_age):
+        if (
+            not d.is_dir()
+            or d.is_symlink()
+            or st.st_uid != os.geteuid()
+            or time.time() - st.st_mtime < min_age
+        ):
             continue
         conf = str(d / "etc/dovecot.conf").encode()
         if not any(conf in c for c in cmdlines):
@@ -324,8 +349,9 @@ def _maildir_date(raw: bytes) -> float | None:
 
 # --- the config ----------------------------------------------------------------
 
-_MAIL_LOG_EVENTS = ("save copy delete undelete expunge flag_change mailbox_create mailbox_delete "
-                    "mailbox_rename")
+_MAIL_LOG_EVENTS = (
+    "save copy delete undelete expunge flag_change mailbox_create mailbox_delete mailbox_rename"
+)
 
 
 def _render_config(d: Path, ports: Ports, *, root: bool, rawlog: bool) -> str:
@@ -521,6 +547,7 @@ def _toml_value(v: object) -> str:
 
 # --- the server ----------------------------------------------------------------
 
+
 @dataclass
 class Dovecot:
     """A private Dovecot on 127.0.0.1. ``start()``, use, ``stop()``.
@@ -547,13 +574,16 @@ class Dovecot:
         start the master in the foreground and wait for the IMAP greeting."""
         binary = find_dovecot()
         if binary is None:
-            raise DovecotError("dovecot is not installed: "
-                               "apt-get install -y dovecot-imapd dovecot-pop3d openssl")
-        version = subprocess.run([binary, "--version"], capture_output=True, text=True,
-                                 check=False).stdout.strip()
+            raise DovecotError(
+                "dovecot is not installed: apt-get install -y dovecot-imapd dovecot-pop3d openssl"
+            )
+        version = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, check=False
+        ).stdout.strip()
         if not version.startswith("2.3."):
-            raise DovecotError(f"dovecot {version!r}: this harness is written for 2.3 "
-                               "(2.4 renamed many settings)")
+            raise DovecotError(
+                f"dovecot {version!r}: this harness is written for 2.3 (2.4 renamed many settings)"
+            )
         if directory is None:
             _sweep_stale()
             directory = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir="/tmp"))
@@ -590,8 +620,10 @@ class Dovecot:
             # auth (dovecot) and mail (nobody) processes must walk down to d
             for parent in d.parents:
                 if not parent.stat().st_mode & 0o001:
-                    raise DovecotError(f"{parent} is not world-searchable; use a directory "
-                                       "under /tmp (not pytest's tmp_path)")
+                    raise DovecotError(
+                        f"{parent} is not world-searchable; use a directory "
+                        "under /tmp (not pytest's tmp_path)"
+                    )
         else:
             self.mail_uid, self.mail_gid = os.getuid(), os.getgid()
         d.mkdir(parents=True, exist_ok=True)
@@ -602,20 +634,44 @@ class Dovecot:
         cert, key = d / "ssl/cert.pem", d / "ssl/key.pem"
         if not (cert.exists() and key.exists()):
             done = subprocess.run(
-                ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                 "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out",
-                 str(cert), "-days", "3650", "-subj", "/CN=localhost", "-addext",
-                 "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                capture_output=True, text=True, check=False)
+                [
+                    "openssl",
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1",
+                    "-nodes",
+                    "-keyout",
+                    str(key),
+                    "-out",
+                    str(cert),
+                    "-days",
+                    "3650",
+                    "-subj",
+                    "/CN=localhost",
+                    "-addext",
+                    "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if done.returncode:
                 raise DovecotError(f"openssl failed: {done.stderr.strip()}")
             key.chmod(0o600)
         lines = []
         for user, password in USERS.items():
-            extra = "" if user == "plain" else (
-                f"userdb_namespace/plain/disabled=yes userdb_namespace/{user}/disabled=no")
-            lines.append(f"{user}:{{PLAIN}}{password}:{self.mail_uid}:{self.mail_gid}::"
-                         f"{d}/mail/{user}::{extra}")
+            extra = (
+                ""
+                if user == "plain"
+                else (f"userdb_namespace/plain/disabled=yes userdb_namespace/{user}/disabled=no")
+            )
+            lines.append(
+                f"{user}:{{PLAIN}}{password}:{self.mail_uid}:{self.mail_gid}::"
+                f"{d}/mail/{user}::{extra}"
+            )
             for home in (d / "mail" / user, d / "rawlog" / user):
                 home.mkdir(exist_ok=True)
                 self._chown(home)
@@ -625,7 +681,8 @@ class Dovecot:
     def _write_config(self, root: bool) -> None:
         assert self.ports is not None
         (self.dir / "etc/dovecot.conf").write_text(
-            _render_config(self.dir, self.ports, root=root, rawlog=self.rawlog))
+            _render_config(self.dir, self.ports, root=root, rawlog=self.rawlog)
+        )
 
     def _launch(self, binary: str) -> None:
         # a stale socket (e.g. anvil-auth-penalty) makes auth retry for 5 s
@@ -638,9 +695,13 @@ class Dovecot:
         # our child, so stop() can wait for it.
         with open(startup_log, "ab") as out:
             self._proc = subprocess.Popen(
-                [binary, "-F", "-c", str(self.conf)], stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=_die_with_parent)
+                [binary, "-F", "-c", str(self.conf)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         deadline = t0 + self.start_timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -747,11 +808,17 @@ class Dovecot:
     def env(self) -> dict[str, str]:
         """The same KEY=VALUE facts as the reference script's dovecot.env."""
         return {
-            "DOVE_DIR": str(self.dir), "DOVE_PID": str(self.pid or ""), "DOVE_HOST": HOST,
-            "DOVE_IMAP_PORT": str(self.imap_port), "DOVE_IMAPS_PORT": str(self.imaps_port),
-            "DOVE_POP3_PORT": str(self.pop3_port), "DOVE_POP3S_PORT": str(self.pop3s_port),
-            "DOVE_CONF": str(self.conf), "DOVE_CAFILE": str(self.cafile),
-            "DOVE_LOG": str(self.log_path), "DOVE_MAIL_UID": str(self.mail_uid),
+            "DOVE_DIR": str(self.dir),
+            "DOVE_PID": str(self.pid or ""),
+            "DOVE_HOST": HOST,
+            "DOVE_IMAP_PORT": str(self.imap_port),
+            "DOVE_IMAPS_PORT": str(self.imaps_port),
+            "DOVE_POP3_PORT": str(self.pop3_port),
+            "DOVE_POP3S_PORT": str(self.pop3s_port),
+            "DOVE_CONF": str(self.conf),
+            "DOVE_CAFILE": str(self.cafile),
+            "DOVE_LOG": str(self.log_path),
+            "DOVE_MAIL_UID": str(self.mail_uid),
             "DOVE_MAIL_GID": str(self.mail_gid),
             "DOVE_USERS": ",".join(f"{u}:{p}" for u, p in USERS.items()),
             "DOVE_MAILDIR_TEMPLATE": f"{self.dir}/mail/%u/Maildir",
@@ -782,8 +849,9 @@ class Dovecot:
         """A logged-in IMAPClient (``none``: plain port; ``implicit``: IMAPS;
         ``starttls``: plain port upgraded). The caller logs out."""
         if tls == "implicit":
-            client = IMAPClient(HOST, self.imaps_port, ssl=True, ssl_context=self.ssl_context(),
-                                timeout=10)
+            client = IMAPClient(
+                HOST, self.imaps_port, ssl=True, ssl_context=self.ssl_context(), timeout=10
+            )
         else:
             client = IMAPClient(HOST, self.imap_port, ssl=False, timeout=10)
             if tls == "starttls":
@@ -795,8 +863,7 @@ class Dovecot:
         """A logged-in POP3 connection; the caller sends quit()."""
         conn: poplib.POP3
         if tls == "implicit":
-            conn = poplib.POP3_SSL(HOST, self.pop3s_port, context=self.ssl_context(),
-                                   timeout=10)
+            conn = poplib.POP3_SSL(HOST, self.pop3s_port, context=self.ssl_context(), timeout=10)
         else:
             conn = poplib.POP3(HOST, self.pop3_port, timeout=10)
             if tls == "starttls":
@@ -807,14 +874,16 @@ class Dovecot:
 
     # -- doveadm -------------------------------------------------------------------
 
-    def doveadm(self, *args: str, input: bytes | None = None,
-                ok: Iterable[int] = (0,)) -> str:
+    def doveadm(self, *args: str, input: bytes | None = None, ok: Iterable[int] = (0,)) -> str:
         """Run ``doveadm -c CONF ARGS`` (never the system config); its stdout."""
-        done = subprocess.run(["doveadm", "-c", str(self.conf), *args], input=input,
-                              capture_output=True, check=False)
+        done = subprocess.run(
+            ["doveadm", "-c", str(self.conf), *args], input=input, capture_output=True, check=False
+        )
         if done.returncode not in tuple(ok):
-            raise DovecotError(f"doveadm {' '.join(args)}: exit {done.returncode}: "
-                               f"{done.stderr.decode(errors='replace').strip()}")
+            raise DovecotError(
+                f"doveadm {' '.join(args)}: exit {done.returncode}: "
+                f"{done.stderr.decode(errors='replace').strip()}"
+            )
         return done.stdout.decode("utf-8", "replace")
 
     def _tab(self, *args: str) -> list[dict[str, str]]:
@@ -827,17 +896,24 @@ class Dovecot:
     def status(self, user: str, folder: str) -> dict[str, int]:
         """messages, uidnext, uidvalidity, highestmodseq, unseen of ``folder``,
         straight from the mail files (no IMAP session, nothing logged)."""
-        [row] = self._tab("mailbox", "status", "-u", user,
-                          "messages uidnext uidvalidity highestmodseq unseen", folder)
+        [row] = self._tab(
+            "mailbox",
+            "status",
+            "-u",
+            user,
+            "messages uidnext uidvalidity highestmodseq unseen",
+            folder,
+        )
         return {k: int(v) for k, v in row.items() if k != "mailbox"}
 
     def flags(self, user: str, folder: str) -> dict[int, tuple[str, ...]]:
         """uid -> stored flags (sorted; ``\\Recent``, a per-session flag, left out),
         e.g. to check that a sync set no ``\\Seen``."""
         rows = self._tab("fetch", "-u", user, "uid flags", "mailbox", folder)
-        return {int(r["uid"]): tuple(sorted(f for f in r.get("flags", "").split()
-                                            if f != "\\Recent"))
-                for r in rows}
+        return {
+            int(r["uid"]): tuple(sorted(f for f in r.get("flags", "").split() if f != "\\Recent"))
+            for r in rows
+        }
 
     def uids(self, user: str, folder: str) -> list[int]:
         return sorted(self.flags(user, folder))
@@ -866,8 +942,15 @@ class Dovecot:
 
     # -- seeding -------------------------------------------------------------------
 
-    def save(self, user: str, folder: str, raw: bytes, *, flags: Iterable[str] = (),
-             when: datetime | None = None) -> int:
+    def save(
+        self,
+        user: str,
+        folder: str,
+        raw: bytes,
+        *,
+        flags: Iterable[str] = (),
+        when: datetime | None = None,
+    ) -> int:
         """IMAP APPEND ``raw`` (INTERNALDATE ``when``, no flags unless given);
         returns its UID. Its session (and a ``save`` mail event) is in the log
         before this returns: take ``log_mark()`` after seeding."""
@@ -877,14 +960,17 @@ class Dovecot:
             answer = client.append(folder, raw, flags=tuple(flags), msg_time=when)
         finally:
             client.logout()
+
         # the logout line comes just after the client's LOGOUT returns: wait for it,
         # so that a log_mark() taken after seeding sees only the code under test.
         # For this session's line, not any: the line of a session that ended just
         # before (a sync's) may be logged after ``mark`` too, and waiting for it
         # alone left this one to land after the caller's mark.
         def appended(text: str) -> bool:
-            return any(s.user == user and s.protocol == "imap" and s["in"] >= len(raw)
-                       for s in session_bytes(text))
+            return any(
+                s.user == user and s.protocol == "imap" and s["in"] >= len(raw)
+                for s in session_bytes(text)
+            )
 
         self.log_since(mark, until=appended)
         m = re.search(rb"APPENDUID \d+ (\d+)", answer if isinstance(answer, bytes) else b"")
@@ -892,9 +978,14 @@ class Dovecot:
             raise DovecotError(f"APPEND answered without APPENDUID: {answer!r}")
         return int(m[1])
 
-    def bulk_maildir(self, user: str, folder: str,
-                     messages: Iterable[bytes | tuple[datetime, bytes]], *,
-                     flags: str = "") -> int:
+    def bulk_maildir(
+        self,
+        user: str,
+        folder: str,
+        messages: Iterable[bytes | tuple[datetime, bytes]],
+        *,
+        flags: str = "",
+    ) -> int:
         """Write messages straight into the Maildir (thousands in a second), not
         logged. UIDs follow the order given once Dovecot next looks at the folder;
         INTERNALDATE is the given datetime, else the Date header, else now.
@@ -935,8 +1026,10 @@ class Dovecot:
         if "no users kicked" not in kicked.lower():
             deadline = time.monotonic() + 3
             # `who` prints a header line, then one line per user with sessions
-            while (time.monotonic() < deadline
-                   and len(self.doveadm("who", user).strip().splitlines()) > 1):
+            while (
+                time.monotonic() < deadline
+                and len(self.doveadm("who", user).strip().splitlines()) > 1
+            ):
                 time.sleep(0.02)
         # Keep dovecot-uidvalidity*: it holds the last UIDVALIDITY given out, so a
         # folder made again within the same second still gets a new one.
@@ -960,8 +1053,9 @@ class Dovecot:
         except FileNotFoundError:
             return 0
 
-    def log_since(self, mark: int, *, until: Callable[[str], bool] | None = None,
-                  timeout: float = 5.0) -> str:
+    def log_since(
+        self, mark: int, *, until: Callable[[str], bool] | None = None, timeout: float = 5.0
+    ) -> str:
         """Log text written after ``mark``. With ``until``, wait (up to ``timeout``)
         until it holds: Dovecot logs a session's end just after the client has
         seen the logout answer."""
@@ -976,19 +1070,29 @@ class Dovecot:
             if until is None or until(text):
                 return text
             if time.monotonic() > deadline:
-                raise DovecotError(f"log condition not met within {timeout}s; log since "
-                                   f"mark:\n{text[-3000:]}")
+                raise DovecotError(
+                    f"log condition not met within {timeout}s; log since mark:\n{text[-3000:]}"
+                )
             time.sleep(0.02)
 
-    def sessions_since(self, mark: int, count: int = 1, *, user: str | None = None,
-                       protocol: str | None = None, timeout: float = 5.0) -> list[Session]:
+    def sessions_since(
+        self,
+        mark: int,
+        count: int = 1,
+        *,
+        user: str | None = None,
+        protocol: str | None = None,
+        timeout: float = 5.0,
+    ) -> list[Session]:
         """The sessions that ended after ``mark`` (of ``user``/``protocol``), waiting
         until at least ``count`` of them have."""
 
         def pick(text: str) -> list[Session]:
-            return [s for s in session_bytes(text)
-                    if (user is None or s.user == user)
-                    and (protocol is None or s.protocol == protocol)]
+            return [
+                s
+                for s in session_bytes(text)
+                if (user is None or s.user == user) and (protocol is None or s.protocol == protocol)
+            ]
 
         text = self.log_since(mark, until=lambda t: len(pick(t)) >= count, timeout=timeout)
         return pick(text)
@@ -1004,8 +1108,10 @@ class Dovecot:
     def rawlogs(self, user: str) -> list[RawLog]:
         """The user's recorded sessions since its last reset, oldest first."""
         folder = self.dir / "rawlog" / user
-        return [RawLog(p, p.with_suffix(".out")) for p in sorted(folder.glob("*.in"),
-                                                                 key=lambda p: p.stat().st_mtime)]
+        return [
+            RawLog(p, p.with_suffix(".out"))
+            for p in sorted(folder.glob("*.in"), key=lambda p: p.stat().st_mtime)
+        ]
 
     def client_lines(self, user: str) -> list[str]:
         """Every line the user's clients sent after login (literals included),
@@ -1018,17 +1124,31 @@ class Dovecot:
         """Environment for ``password_env`` keys: ``MAILLEDGER_TEST_<USER>_PASSWORD``."""
         return {f"MAILLEDGER_TEST_{u.upper()}_PASSWORD": p for u, p in USERS.items()}
 
-    def account_toml(self, user: str, *, name: str | None = None,
-                     type: Literal["imap", "pop3"] = "imap",
-                     tls: Tls = "none", **extra: object) -> str:
+    def account_toml(
+        self,
+        user: str,
+        *,
+        name: str | None = None,
+        type: Literal["imap", "pop3"] = "imap",
+        tls: Tls = "none",
+        **extra: object,
+    ) -> str:
         """An ``[accounts.NAME]`` table for this server, password from
         :meth:`password_env`; ``extra`` adds keys (``folders=["\\\\All"]``...)."""
-        port = {("imap", "none"): self.imap_port, ("imap", "starttls"): self.imap_port,
-                ("imap", "implicit"): self.imaps_port, ("pop3", "none"): self.pop3_port,
-                ("pop3", "starttls"): self.pop3_port,
-                ("pop3", "implicit"): self.pop3s_port}[(type, tls)]
+        port = {
+            ("imap", "none"): self.imap_port,
+            ("imap", "starttls"): self.imap_port,
+            ("imap", "implicit"): self.imaps_port,
+            ("pop3", "none"): self.pop3_port,
+            ("pop3", "starttls"): self.pop3_port,
+            ("pop3", "implicit"): self.pop3s_port,
+        }[(type, tls)]
         keys: dict[str, object] = {
-            "type": type, "host": HOST, "port": port, "tls": tls, "username": user,
+            "type": type,
+            "host": HOST,
+            "port": port,
+            "tls": tls,
+            "username": user,
             "password_env": f"MAILLEDGER_TEST_{user.upper()}_PASSWORD",
         }
         if tls != "none":
@@ -1052,12 +1172,14 @@ class MailUser:
     def pop3(self, tls: Tls = "none") -> poplib.POP3:
         return self.dv.pop3(self.name, tls)
 
-    def save(self, folder: str, raw: bytes, *, flags: Iterable[str] = (),
-             when: datetime | None = None) -> int:
+    def save(
+        self, folder: str, raw: bytes, *, flags: Iterable[str] = (), when: datetime | None = None
+    ) -> int:
         return self.dv.save(self.name, folder, raw, flags=flags, when=when)
 
-    def bulk_maildir(self, folder: str, messages: Iterable[bytes | tuple[datetime, bytes]],
-                     *, flags: str = "") -> int:
+    def bulk_maildir(
+        self, folder: str, messages: Iterable[bytes | tuple[datetime, bytes]], *, flags: str = ""
+    ) -> int:
         return self.dv.bulk_maildir(self.name, folder, messages, flags=flags)
 
     def status(self, folder: str) -> dict[str, int]:
@@ -1091,16 +1213,18 @@ class MailUser:
         return self.dv.sessions_since(mark, count, user=self.name, **kw)  # type: ignore[arg-type]
 
 
-def iter_messages(n: int, *, domain: str = "test.example",
-                  start: datetime | None = None) -> Iterator[tuple[datetime, bytes]]:
+def iter_messages(
+    n: int, *, domain: str = "test.example", start: datetime | None = None
+) -> Iterator[tuple[datetime, bytes]]:
     """``n`` small distinct messages one hour apart, for bulk_maildir."""
     from datetime import UTC, timedelta
 
     t0 = start or datetime(2026, 1, 1, tzinfo=UTC)
     for i in range(n):
         when = t0 + timedelta(hours=i)
-        raw = (f"From: sender{i % 7}@{domain}\r\nTo: me@{domain}\r\n"
-               f"Subject: message {i}\r\nDate: {email.utils.format_datetime(when)}\r\n"
-               f"Message-ID: <bulk-{i}@{domain}>\r\n\r\nbody {i}\r\n").encode()
+        raw = (
+            f"From: sender{i % 7}@{domain}\r\nTo: me@{domain}\r\n"
+            f"Subject: message {i}\r\nDate: {email.utils.format_datetime(when)}\r\n"
+            f"Message-ID: <bulk-{i}@{domain}>\r\n\r\nbody {i}\r\n"
+        ).encode()
         yield when, raw
-

@@ -107,9 +107,7 @@ def test_verify_fails_with_exit_1_when_a_log_file_is_tampered(
     path = sorted((filled / "log").glob("*.parquet"))[0]
     table = pq.read_table(path)
     subject = table.column("subject")
-    table = table.set_column(
-        table.column_names.index("subject"), "subject", pc.utf8_upper(subject)
-    )
+    table = table.set_column(table.column_names.index("subject"), "subject", pc.utf8_upper(subject))
     pq.write_table(table, path)
     code, out, _ = run(capsys, filled, "verify")
     assert code == 1 and path.name in out

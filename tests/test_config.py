@@ -47,13 +47,24 @@ def config_error(tmp_path: Path, text: str, env: dict[str, str] | None = None) -
 
 # --- a good file ---------------------------------------------------------------------
 
+
 def test_minimal_imap_account_gets_the_defaults(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, MINIMAL), {})
     a = config.accounts["fastmail"]
     assert (a.type, a.host, a.port, a.tls, a.insecure, a.ca_file) == (
-        "imap", "imap.fastmail.com", 993, "implicit", False, None)
+        "imap",
+        "imap.fastmail.com",
+        993,
+        "implicit",
+        False,
+        None,
+    )
     assert (a.username, a.password_env, a.password_command, a.auth) == (
-        "me@fastmail.com", "MAIL_FASTMAIL_PASSWORD", None, "password")
+        "me@fastmail.com",
+        "MAIL_FASTMAIL_PASSWORD",
+        None,
+        "password",
+    )
     assert a.folders == ("*",)
     assert a.exclude == ("\\Junk", "\\Trash", "\\Drafts")
     assert a.initial == InitialMode("full") and a.delete_after == "never"
@@ -63,7 +74,10 @@ def test_minimal_imap_account_gets_the_defaults(tmp_path: Path) -> None:
 def test_the_documented_example_parses(tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
     ca.write_text("not checked here")
-    config = load_config(write(tmp_path, f"""
+    config = load_config(
+        write(
+            tmp_path,
+            f"""
         [accounts.fastmail]
         type = "imap"
         host = "imap.fastmail.com"
@@ -94,14 +108,22 @@ def test_the_documented_example_parses(tmp_path: Path) -> None:
         "bugs@example.org" = "handlers.bugs"
         [dispatch.options]
         retries = 3
-    """), {})
+    """,
+        ),
+        {},
+    )
     fm, home = config.accounts["fastmail"], config.accounts["home"]
     assert fm.folders == ("INBOX", "\\Archive", "\\Sent") and fm.exclude == ()
     assert fm.ca_file == ca
     assert fm.initial == InitialMode("since", date(2026, 6, 1))
     assert str(fm.initial) == "since:2026-06-01"
     assert (home.type, home.port, home.tls, home.auth, home.delete_after) == (
-        "pop3", 110, "starttls", "xoauth2", "stored")
+        "pop3",
+        110,
+        "starttls",
+        "xoauth2",
+        "stored",
+    )
     assert (home.folders, home.exclude) == (("INBOX",), ())
     assert home.password_command == "pass show home"
     assert config.store_path == Path("/var/lib/mailledger")
@@ -109,27 +131,41 @@ def test_the_documented_example_parses(tmp_path: Path) -> None:
     assert config.dispatch == {"bugs@example.org": "handlers.bugs", "options": {"retries": 3}}
 
 
-@pytest.mark.parametrize(("type_", "tls", "port"), [
-    ("imap", "implicit", 993), ("imap", "starttls", 143), ("imap", "none", 143),
-    ("pop3", "implicit", 995), ("pop3", "starttls", 110), ("pop3", "none", 110),
-])
-def test_default_port_follows_type_and_tls(tmp_path: Path, type_: str, tls: str,
-                                           port: int) -> None:
-    config = load_config(write(tmp_path, f"""
+@pytest.mark.parametrize(
+    ("type_", "tls", "port"),
+    [
+        ("imap", "implicit", 993),
+        ("imap", "starttls", 143),
+        ("imap", "none", 143),
+        ("pop3", "implicit", 995),
+        ("pop3", "starttls", 110),
+        ("pop3", "none", 110),
+    ],
+)
+def test_default_port_follows_type_and_tls(tmp_path: Path, type_: str, tls: str, port: int) -> None:
+    config = load_config(
+        write(
+            tmp_path,
+            f"""
         [accounts.a]
         type = "{type_}"
         host = "localhost"
         tls = "{tls}"
         username = "u"
         password_env = "P"
-    """), {})
+    """,
+        ),
+        {},
+    )
     assert config.accounts["a"].port == port
 
 
 def test_special_use_names_are_canonical_and_asked_for_ones_are_not_excluded(
-        tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, MINIMAL + """folders = ['\\all', 'INBOX', '\\TRASH']\n"""),
-                         {})
+    tmp_path: Path,
+) -> None:
+    config = load_config(
+        write(tmp_path, MINIMAL + """folders = ['\\all', 'INBOX', '\\TRASH']\n"""), {}
+    )
     a = config.accounts["fastmail"]
     assert a.folders == ("\\All", "INBOX", "\\Trash")
     assert a.exclude == ("\\Junk", "\\Drafts")
@@ -143,12 +179,19 @@ def test_new_only_initial_mode(tmp_path: Path) -> None:
 def test_paths_expand_home_and_are_relative_to_the_file(tmp_path: Path) -> None:
     (tmp_path / "certs").mkdir()
     (tmp_path / "certs/ca.pem").write_text("x")
-    config = load_config(write(tmp_path, MINIMAL + """ca_file = "certs/ca.pem"
+    config = load_config(
+        write(
+            tmp_path,
+            MINIMAL
+            + """ca_file = "certs/ca.pem"
         [store]
         path = "~/mail"
         [metrics]
         file = "metrics/mailledger.prom"
-    """), {"HOME": "/home/someone"})
+    """,
+        ),
+        {"HOME": "/home/someone"},
+    )
     assert config.accounts["fastmail"].ca_file == tmp_path.resolve() / "certs/ca.pem"
     assert config.store_path == Path("/home/someone/mail")
     assert config.metrics_file == tmp_path.resolve() / "metrics/mailledger.prom"
@@ -165,25 +208,40 @@ def test_default_config_path() -> None:
     assert default_config_path({"HOME": "/h"}) == Path("/h/.config/mailledger/config.toml")
 
 
-@pytest.mark.parametrize(("host", "loopback"), [
-    ("localhost", True), ("LOCALHOST", True), ("127.0.0.1", True), ("127.9.8.7", True),
-    ("::1", True), ("128.0.0.1", False), ("localhost.example.com", False),
-    ("imap.example.com", False), ("::2", False),
-])
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("localhost", True),
+        ("LOCALHOST", True),
+        ("127.0.0.1", True),
+        ("127.9.8.7", True),
+        ("::1", True),
+        ("128.0.0.1", False),
+        ("localhost.example.com", False),
+        ("imap.example.com", False),
+        ("::2", False),
+    ],
+)
 def test_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
 
 
 @pytest.mark.parametrize("host", ["localhost", "127.0.0.2", "::1"])
 def test_plaintext_to_loopback_is_allowed(tmp_path: Path, host: str) -> None:
-    config = load_config(write(tmp_path, f"""
+    config = load_config(
+        write(
+            tmp_path,
+            f"""
         [accounts.local]
         type = "imap"
         host = "{host}"
         tls = "none"
         username = "u"
         password_env = "P"
-    """), {})
+    """,
+        ),
+        {},
+    )
     assert config.accounts["local"].tls == "none"
     assert tls_context(config.accounts["local"]) is None
 
@@ -199,60 +257,75 @@ def test_plaintext_elsewhere_needs_insecure(tmp_path: Path) -> None:
 
 # --- every mistake names the file and the key -------------------------------------------
 
+
 def test_port_error_reads_like_the_documented_example(tmp_path: Path) -> None:
     message = config_error(tmp_path, MINIMAL + 'port = "x"\n')
-    assert message.endswith('config.toml: accounts.fastmail.port: must be an integer 1-65535, '
-                            'got "x"')
+    assert message.endswith(
+        'config.toml: accounts.fastmail.port: must be an integer 1-65535, got "x"'
+    )
 
 
-@pytest.mark.parametrize(("addition", "key"), [
-    ('port = 0\n', "accounts.fastmail.port"),
-    ('port = 70000\n', "accounts.fastmail.port"),
-    ('port = true\n', "accounts.fastmail.port"),
-    ('tls = "ssl"\n', "accounts.fastmail.tls"),
-    ('auth = "oauth"\n', "accounts.fastmail.auth"),
-    ('insecure = "yes"\n', "accounts.fastmail.insecure"),
-    ('initial = "sometimes"\n', "accounts.fastmail.initial"),
-    ('initial = "since:yesterday"\n', "accounts.fastmail.initial"),
-    ('initial = "since:2026-13-01"\n', "accounts.fastmail.initial"),
-    ('folders = "INBOX"\n', "accounts.fastmail.folders"),
-    ('folders = ["\\\\Sentt"]\n', "accounts.fastmail.folders"),
-    ('exclude = [1]\n', "accounts.fastmail.exclude"),
-    ('delete_after = "stored"\n', "accounts.fastmail.delete_after"),
-    ('ca_file = "/nonexistent/ca.pem"\n', "accounts.fastmail.ca_file"),
-    ('hots = "typo"\n', "accounts.fastmail.hots"),
-    ('password_command = "pass show x"\n', "accounts.fastmail.password_env"),
-    ('[accounts.other]\nhost = "h"\n', "accounts.other.type"),
-    ('[store]\npath = 5\n', "store.path"),
-    ('[store]\ndir = "/x"\n', "store.dir"),
-    ('[metrics]\nfile = ""\n', "metrics.file"),
-    ('[dispatch]\n[sync]\nx = 1\n', "sync"),
-])
+@pytest.mark.parametrize(
+    ("addition", "key"),
+    [
+        ("port = 0\n", "accounts.fastmail.port"),
+        ("port = 70000\n", "accounts.fastmail.port"),
+        ("port = true\n", "accounts.fastmail.port"),
+        ('tls = "ssl"\n', "accounts.fastmail.tls"),
+        ('auth = "oauth"\n', "accounts.fastmail.auth"),
+        ('insecure = "yes"\n', "accounts.fastmail.insecure"),
+        ('initial = "sometimes"\n', "accounts.fastmail.initial"),
+        ('initial = "since:yesterday"\n', "accounts.fastmail.initial"),
+        ('initial = "since:2026-13-01"\n', "accounts.fastmail.initial"),
+        ('folders = "INBOX"\n', "accounts.fastmail.folders"),
+        ('folders = ["\\\\Sentt"]\n', "accounts.fastmail.folders"),
+        ("exclude = [1]\n", "accounts.fastmail.exclude"),
+        ('delete_after = "stored"\n', "accounts.fastmail.delete_after"),
+        ('ca_file = "/nonexistent/ca.pem"\n', "accounts.fastmail.ca_file"),
+        ('hots = "typo"\n', "accounts.fastmail.hots"),
+        ('password_command = "pass show x"\n', "accounts.fastmail.password_env"),
+        ('[accounts.other]\nhost = "h"\n', "accounts.other.type"),
+        ("[store]\npath = 5\n", "store.path"),
+        ('[store]\ndir = "/x"\n', "store.dir"),
+        ('[metrics]\nfile = ""\n', "metrics.file"),
+        ("[dispatch]\n[sync]\nx = 1\n", "sync"),
+    ],
+)
 def test_bad_value_names_file_and_key(tmp_path: Path, addition: str, key: str) -> None:
     message = config_error(tmp_path, MINIMAL + addition)
     assert f"config.toml: {key}:" in message
 
 
-@pytest.mark.parametrize(("text", "key"), [
-    (MINIMAL.replace('"imap"', '"smtp"'), "accounts.fastmail.type"),
-    (MINIMAL.replace('host = "imap.fastmail.com"\n', ""), "accounts.fastmail.host"),
-    (MINIMAL.replace('host = "imap.fastmail.com"', 'host = ""'), "accounts.fastmail.host"),
-    (MINIMAL.replace('username = "me@fastmail.com"\n', ""), "accounts.fastmail.username"),
-    (MINIMAL.replace('password_env = "MAIL_FASTMAIL_PASSWORD"\n', ""),
-     "accounts.fastmail.password_env"),
-    (MINIMAL.replace('"MAIL_FASTMAIL_PASSWORD"', '"not a name"'),
-     "accounts.fastmail.password_env"),
-    ("[accounts]\n", "accounts"),
-    ('[store]\npath = "/x"\n', "accounts"),
-    ('accounts = "fastmail"\n', "accounts"),
-    (MINIMAL.replace("[accounts.fastmail]", '[accounts."fast mail"]'), 'accounts.fast mail'),
-    (MINIMAL.replace('type = "imap"', 'type = "pop3"') + 'folders = ["INBOX"]\n',
-     "accounts.fastmail.folders"),
-    (MINIMAL.replace('type = "imap"', 'type = "pop3"') + 'initial = "since:2026-01-01"\n',
-     "accounts.fastmail.initial"),
-])
-def test_missing_or_wrong_account_fields_name_the_key(tmp_path: Path, text: str,
-                                                       key: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        (MINIMAL.replace('"imap"', '"smtp"'), "accounts.fastmail.type"),
+        (MINIMAL.replace('host = "imap.fastmail.com"\n', ""), "accounts.fastmail.host"),
+        (MINIMAL.replace('host = "imap.fastmail.com"', 'host = ""'), "accounts.fastmail.host"),
+        (MINIMAL.replace('username = "me@fastmail.com"\n', ""), "accounts.fastmail.username"),
+        (
+            MINIMAL.replace('password_env = "MAIL_FASTMAIL_PASSWORD"\n', ""),
+            "accounts.fastmail.password_env",
+        ),
+        (
+            MINIMAL.replace('"MAIL_FASTMAIL_PASSWORD"', '"not a name"'),
+            "accounts.fastmail.password_env",
+        ),
+        ("[accounts]\n", "accounts"),
+        ('[store]\npath = "/x"\n', "accounts"),
+        ('accounts = "fastmail"\n', "accounts"),
+        (MINIMAL.replace("[accounts.fastmail]", '[accounts."fast mail"]'), "accounts.fast mail"),
+        (
+            MINIMAL.replace('type = "imap"', 'type = "pop3"') + 'folders = ["INBOX"]\n',
+            "accounts.fastmail.folders",
+        ),
+        (
+            MINIMAL.replace('type = "imap"', 'type = "pop3"') + 'initial = "since:2026-01-01"\n',
+            "accounts.fastmail.initial",
+        ),
+    ],
+)
+def test_missing_or_wrong_account_fields_name_the_key(tmp_path: Path, text: str, key: str) -> None:
     assert f"config.toml: {key}:" in config_error(tmp_path, text)
 
 
@@ -269,8 +342,10 @@ def test_a_password_in_the_file_is_refused_without_echoing_it(tmp_path: Path) ->
 
 def test_both_password_sources_is_an_error(tmp_path: Path) -> None:
     message = config_error(tmp_path, MINIMAL + 'password_command = "echo hunter2"\n')
-    assert "config.toml: accounts.fastmail.password_env: set password_env or password_command, "\
-           "not both" in message
+    assert (
+        "config.toml: accounts.fastmail.password_env: set password_env or password_command, "
+        "not both" in message
+    )
     assert "hunter2" not in message
 
 
@@ -299,12 +374,13 @@ def test_backslash_in_a_basic_string_gets_a_hint(tmp_path: Path) -> None:
 
 def test_not_utf8(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
-    path.write_bytes(MINIMAL.encode() + b'# caf\xe9\n')
+    path.write_bytes(MINIMAL.encode() + b"# caf\xe9\n")
     with pytest.raises(ConfigError, match=r"config\.toml: not UTF-8"):
         load_config(path, {})
 
 
 # --- secrets -------------------------------------------------------------------------
+
 
 def account(tmp_path: Path, **changes: Any) -> Account:
     base = load_config(write(tmp_path, MINIMAL), {}).accounts["fastmail"]
@@ -317,8 +393,7 @@ def test_secret_from_the_environment(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("env", [{}, {"MAIL_FASTMAIL_PASSWORD": ""}])
-def test_missing_or_empty_variable_names_the_variable(tmp_path: Path,
-                                                      env: dict[str, str]) -> None:
+def test_missing_or_empty_variable_names_the_variable(tmp_path: Path, env: dict[str, str]) -> None:
     with pytest.raises(ConfigError) as info:
         resolve_secret(account(tmp_path), env)
     message = str(info.value)
@@ -353,21 +428,24 @@ def test_command_runs_without_a_shell(tmp_path: Path) -> None:
         seen["argv"], seen["kw"] = argv, kw
         return subprocess.CompletedProcess(argv, 0, b"tok\n")
 
-    a = account(tmp_path, password_env=None,
-                password_command='pass show "mail/my account" ; rm -rf /')
+    a = account(
+        tmp_path, password_env=None, password_command='pass show "mail/my account" ; rm -rf /'
+    )
     assert resolve_secret(a, {}, run=fake_run) == "tok"
     assert seen["argv"] == ["pass", "show", "mail/my account", ";", "rm", "-rf", "/"]
     assert not seen["kw"].get("shell")
 
 
-@pytest.mark.parametrize("command", [
-    "sh -c 'printf leaked-secret; exit 3'",   # fails after printing
-    "sh -c 'printf leaked-secret >&2; exit 1'",
-    "true",                                   # prints nothing
-    "/nonexistent/secret-tool leaked-secret",
-])
-def test_failing_command_names_the_account_not_the_output(tmp_path: Path,
-                                                          command: str) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        "sh -c 'printf leaked-secret; exit 3'",  # fails after printing
+        "sh -c 'printf leaked-secret >&2; exit 1'",
+        "true",  # prints nothing
+        "/nonexistent/secret-tool leaked-secret",
+    ],
+)
+def test_failing_command_names_the_account_not_the_output(tmp_path: Path, command: str) -> None:
     a = account(tmp_path, password_env=None, password_command=command)
     with pytest.raises(ConfigError) as info:
         resolve_secret(a, {})
@@ -377,13 +455,19 @@ def test_failing_command_names_the_account_not_the_output(tmp_path: Path,
 
 
 def test_repr_never_shows_a_secret(tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, """
+    config = load_config(
+        write(
+            tmp_path,
+            """
         [accounts.a]
         type = "imap"
         host = "imap.example.com"
         username = "u"
         password_command = "printf hunter2"
-    """), {"MAIL_X": "hunter3"})
+    """,
+        ),
+        {"MAIL_X": "hunter3"},
+    )
     a = config.accounts["a"]
     secret = resolve_secret(a, {})
     assert secret == "hunter2"

@@ -56,9 +56,10 @@ def test_holders_of_the_same_mode_share_one_attachment_until_the_last_lets_go(
     _new_db(path)
     a = db.connect(path, read_only=True)
     b = db.connect(path, read_only=True)
-    assert a.execute("SELECT current_database()").fetchall() == b.execute(
-        "SELECT current_database()"
-    ).fetchall()
+    assert (
+        a.execute("SELECT current_database()").fetchall()
+        == b.execute("SELECT current_database()").fetchall()
+    )
     db.release(a)
     assert b.execute("SELECT x FROM t").fetchall() == [(1,)]  # still attached for b
     db.release(b)

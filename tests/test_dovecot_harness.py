@@ -19,12 +19,15 @@ MakeUser = Callable[[str], MailUser]
 
 
 def message(n: int, *, body: str = "hello") -> bytes:
-    return (f"From: a@example.org\r\nTo: b@example.org\r\nSubject: test {n}\r\n"
-            f"Date: Mon, 01 Jun 2026 10:00:00 +0000\r\nMessage-ID: <m{n}@example.org>\r\n"
-            f"\r\n{body}\r\n").encode()
+    return (
+        f"From: a@example.org\r\nTo: b@example.org\r\nSubject: test {n}\r\n"
+        f"Date: Mon, 01 Jun 2026 10:00:00 +0000\r\nMessage-ID: <m{n}@example.org>\r\n"
+        f"\r\n{body}\r\n"
+    ).encode()
 
 
 # --- logins ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("user", sorted(USERS))
 def test_each_user_logs_in_over_plain_imap_and_imaps(dovecot: Dovecot, user: str) -> None:
@@ -34,8 +37,9 @@ def test_each_user_logs_in_over_plain_imap_and_imaps(dovecot: Dovecot, user: str
     plain.logout()
 
     ctx = ssl.create_default_context(cafile=dovecot.env["DOVE_CAFILE"])
-    secure = IMAPClient("127.0.0.1", int(dovecot.env["DOVE_IMAPS_PORT"]), ssl_context=ctx,
-                        timeout=10)
+    secure = IMAPClient(
+        "127.0.0.1", int(dovecot.env["DOVE_IMAPS_PORT"]), ssl_context=ctx, timeout=10
+    )
     secure.login(user, USERS[user])
     assert secure.noop()
     secure.logout()
@@ -43,8 +47,9 @@ def test_each_user_logs_in_over_plain_imap_and_imaps(dovecot: Dovecot, user: str
 
 def test_imaps_without_the_ca_file_fails_certificate_check(dovecot: Dovecot) -> None:
     with pytest.raises(ssl.SSLCertVerificationError):
-        IMAPClient("127.0.0.1", dovecot.imaps_port, ssl_context=ssl.create_default_context(),
-                   timeout=10)
+        IMAPClient(
+            "127.0.0.1", dovecot.imaps_port, ssl_context=ssl.create_default_context(), timeout=10
+        )
 
 
 def test_starttls_upgrades_the_plain_port(dovecot: Dovecot) -> None:
@@ -73,6 +78,7 @@ def test_pop3_login_plain_and_tls(imap_user: MakeUser) -> None:
 
 # --- folders --------------------------------------------------------------------
 
+
 def test_gmail_lists_special_use_folders_with_polish_names(dovecot: Dovecot) -> None:
     client = dovecot.imap("gmail")
     folders = {name: set(flags) for flags, _sep, name in client.list_folders()}
@@ -85,11 +91,19 @@ def test_gmail_lists_special_use_folders_with_polish_names(dovecot: Dovecot) -> 
 
 def test_fastmail_and_plain_folders(dovecot: Dovecot) -> None:
     client = dovecot.imap("fastmail")
-    special = {name: [f for f in flags if f not in (b"\\HasNoChildren", b"\\HasChildren")]
-               for flags, _sep, name in client.list_folders()}
+    special = {
+        name: [f for f in flags if f not in (b"\\HasNoChildren", b"\\HasChildren")]
+        for flags, _sep, name in client.list_folders()
+    }
     client.logout()
-    assert special == {"INBOX": [], "Archive": [b"\\Archive"], "Drafts": [b"\\Drafts"],
-                       "Sent": [b"\\Sent"], "Spam": [b"\\Junk"], "Trash": [b"\\Trash"]}
+    assert special == {
+        "INBOX": [],
+        "Archive": [b"\\Archive"],
+        "Drafts": [b"\\Drafts"],
+        "Sent": [b"\\Sent"],
+        "Spam": [b"\\Junk"],
+        "Trash": [b"\\Trash"],
+    }
     client = dovecot.imap("plain")
     names = {name: flags for flags, _sep, name in client.list_folders()}
     client.logout()
@@ -98,6 +112,7 @@ def test_fastmail_and_plain_folders(dovecot: Dovecot) -> None:
 
 
 # --- seeding and state ------------------------------------------------------------
+
 
 def test_save_and_fetch_round_trip_without_setting_seen(imap_user: MakeUser) -> None:
     u = imap_user("gmail")
@@ -167,6 +182,7 @@ def test_bulk_maildir_gives_uids_in_date_order(imap_user: MakeUser) -> None:
 
 # --- logs: what crossed the wire ------------------------------------------------------
 
+
 def test_session_bytes_count_bodies_not_envelopes(imap_user: MakeUser) -> None:
     u = imap_user("fastmail")
     raw = message(1, body="x" * 5000)
@@ -205,7 +221,11 @@ def test_mail_log_records_an_implicit_seen(imap_user: MakeUser) -> None:
     u.sessions_since(mark)
     [event] = u.dv.mail_events(mark)
     assert (event.event, event.box, event.uid, event.msgid) == (
-        "flag_change", "INBOX", uid, "<m7@example.org>")
+        "flag_change",
+        "INBOX",
+        uid,
+        "<m7@example.org>",
+    )
     assert "\\Seen" in event.flags
     assert u.flags("INBOX")[uid] == ("\\Seen",)
 
@@ -249,8 +269,13 @@ def test_session_bytes_parses_logout_lines() -> None:
         "msgid=<x@y>, size=51, vsize=56, flags=(\\Deleted)\n"
     )
     a, b, c = session_bytes(text)
-    assert (a.user, a.body_count, a.body_bytes, a["in"], a.logged_out) == ("gmail", 1, 56, 202,
-                                                                           True)
+    assert (a.user, a.body_count, a.body_bytes, a["in"], a.logged_out) == (
+        "gmail",
+        1,
+        56,
+        202,
+        True,
+    )
     assert b.reason.startswith("Connection closed") and b["out"] == 1018
     assert (c.protocol, c.retr_count, c.retr_bytes, c["messages"]) == ("pop3", 1, 71, 1)
     [ev] = mail_events(text)
@@ -259,14 +284,21 @@ def test_session_bytes_parses_logout_lines() -> None:
 
 # --- config for the code under test ------------------------------------------------
 
+
 def test_account_toml_loads_with_pipeline_config(dovecot: Dovecot, tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
-    path.write_text(dovecot.account_toml("gmail", folders=["\\All"])
-                    + dovecot.account_toml("fastmail", tls="implicit")
-                    + dovecot.account_toml("plain", name="plain-pop", type="pop3"))
+    path.write_text(
+        dovecot.account_toml("gmail", folders=["\\All"])
+        + dovecot.account_toml("fastmail", tls="implicit")
+        + dovecot.account_toml("plain", name="plain-pop", type="pop3")
+    )
     config = load_config(path, dovecot.password_env())
     gmail = config.accounts["gmail"]
     assert (gmail.host, gmail.port, gmail.tls, gmail.folders) == (
-        "127.0.0.1", dovecot.imap_port, "none", ("\\All",))
+        "127.0.0.1",
+        dovecot.imap_port,
+        "none",
+        ("\\All",),
+    )
     assert config.accounts["fastmail"].ca_file == dovecot.cafile
     assert config.accounts["plain-pop"].port == dovecot.pop3_port

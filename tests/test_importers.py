@@ -83,9 +83,11 @@ def test_moved_message_costs_a_location_not_a_body(store: MessageStore, maildir:
     (maildir / "cur" / "1.M1P1.host:2,S").rename(maildir / ".Archive" / "cur" / "1.M1P1.host:2,S")
     again = import_maildir(store, maildir)
     assert again.events == 1 and again.bodies_fetched == 0 and again.known_skipped == 5
-    folders = store.query(
-        "select folder from locations where message_id = 'one@x' order by folder"
-    ).column("folder").to_pylist()
+    folders = (
+        store.query("select folder from locations where message_id = 'one@x' order by folder")
+        .column("folder")
+        .to_pylist()
+    )
     assert folders == ["Archive", "INBOX"]
 
 

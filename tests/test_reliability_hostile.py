@@ -49,9 +49,7 @@ _value = st.one_of(
     st.binary(max_size=120),
     st.sampled_from(_HOSTILE_VALUES).map(lambda v: v[:3000]),
 )
-_name = st.one_of(
-    st.sampled_from(_NAMES).map(str.encode), st.binary(min_size=0, max_size=12)
-)
+_name = st.one_of(st.sampled_from(_NAMES).map(str.encode), st.binary(min_size=0, max_size=12))
 _header_block = st.lists(st.tuples(_name, _value), max_size=12)
 
 

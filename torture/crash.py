@@ -109,9 +109,11 @@ def inspect(store: Path, expected: set[str] | None) -> Facts:
     try:
         problems = st.verify()
         _require(problems == [], f"verify: {problems}")
-        n, d = st.query(
-            "SELECT count(*), count(DISTINCT message_id) FROM messages"
-        ).to_pylist()[0].values()
+        n, d = (
+            st.query("SELECT count(*), count(DISTINCT message_id) FROM messages")
+            .to_pylist()[0]
+            .values()
+        )
         _require(n == d, f"a message is held twice ({n} rows, {d} ids)")
         ids = set(st.message_ids())
         if expected is not None:
@@ -363,9 +365,7 @@ class SyncOp(Operation):
             _require(st.log.last_seq() == f.last_seq, "an idle second sync added events")
 
 
-def _maildir_template(
-    work: Path, rng: random.Random, name: str, batch: int, n: int
-) -> Path:
+def _maildir_template(work: Path, rng: random.Random, name: str, batch: int, n: int) -> Path:
     """A store of ``n`` bench-corpus messages imported in batches of ``batch`` (a file each)."""
     from bench.corpus import write_maildir
 
@@ -511,9 +511,11 @@ class PurgeOp(_TemplateOp):
         """Victims whose id and subject no other message carries (a reply quotes both)."""
         from stores.log import EventLog
 
-        t = EventLog(self.template / "log").read(
-            columns=["type", "message_id", "subject", "in_reply_to", "references"]
-        ).to_pylist()
+        t = (
+            EventLog(self.template / "log")
+            .read(columns=["type", "message_id", "subject", "in_reply_to", "references"])
+            .to_pylist()
+        )
         out = set()
         for mid in candidates:
             subject = next((r["subject"] for r in t if r["message_id"] == mid), None)
@@ -532,10 +534,14 @@ class PurgeOp(_TemplateOp):
         return out
 
     def _raw_from_log(self, st: Any, mid: str) -> bytes:
-        sha = st.query(
-            "SELECT sha256 FROM events WHERE message_id = ? AND type = 'message-seen' LIMIT 1",
-            [mid],
-        ).column("sha256")[0].as_py()
+        sha = (
+            st.query(
+                "SELECT sha256 FROM events WHERE message_id = ? AND type = 'message-seen' LIMIT 1",
+                [mid],
+            )
+            .column("sha256")[0]
+            .as_py()
+        )
         data: bytes = st.blobs.get(sha)
         return data
 

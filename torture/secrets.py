@@ -120,13 +120,11 @@ class Setup:
         self.config = work / "config.toml"
         self.config.write_text(
             dv.account_toml("fastmail", name="envacct", folders=["INBOX"])
-            + dv.account_toml("gmail", name="cmdacct", folders=["INBOX"])
-            .replace(
+            + dv.account_toml("gmail", name="cmdacct", folders=["INBOX"]).replace(
                 'password_env = "MAILLEDGER_TEST_GMAIL_PASSWORD"',
                 f'password_command = "cat {secret_file}"',
             )
-            + dv.account_toml("plain", name="tokenacct", folders=["INBOX"], auth="xoauth2")
-            .replace(
+            + dv.account_toml("plain", name="tokenacct", folders=["INBOX"], auth="xoauth2").replace(
                 'password_env = "MAILLEDGER_TEST_PLAIN_PASSWORD"',
                 f'password_command = "cat {token_file}"',
             )
