@@ -4,7 +4,7 @@ Bytes are Dovecot's own per-session logout counters (``out=`` = bytes the server
 sent), never mailledger's. Wall time and peak RSS come from ``wait4`` on each
 child process. Every ratio is computed from figures measured in this run.
 
-    python -m bench.sync_bench [--messages 10000] [--runs 3]
+    python -m bench.sync_bench [--messages 10000] [--runs 5]
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def _measure(dv: Dovecot, peer: Peer) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--messages", type=int, default=10_000)
-    ap.add_argument("--runs", type=int, default=3, help="initial syncs per peer (median)")
+    ap.add_argument("--runs", type=int, default=5, help="initial syncs per peer (median)")
     ns = ap.parse_args(argv)
     if shutil.which("mbsync") is None:
         sys.exit("bench: mbsync is not installed (apt-get install -y isync)")
@@ -253,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in results.items():
         walls = ", ".join(f"{w:.2f}" for w in r["initial_walls"])
         print(f"initial walls, round by round: {name:13} {walls}")
+    pairs = zip(ml["initial_walls"], mb["initial_walls"], strict=True)
+    print("initial wall ratio, round by round:", ", ".join(f"{a / b:.2f}" for a, b in pairs))
     print()
     checks = [
         ("initial wall ratio (<= 0.5)", ml["initial"]["wall_s"] / mb["initial"]["wall_s"], 0.5),
