@@ -233,11 +233,14 @@ def main(argv: list[str] | None = None) -> int:
         # UIDVALIDITY change (UIDs kept, number changed), then every message moved.
         uv = dv.status(USER, "INBOX")["uidvalidity"]
         dv.set_uidvalidity(USER, "INBOX", uv + 1000)
+        dv.status(USER, "INBOX")  # Dovecot re-indexes now, not in the first peer's run
         for peer in peers:
             results[peer.name]["uidvalidity_rescan"] = _measure(dv, peer)
         with dv.imap(USER) as c:
             c.select_folder("INBOX")
             c.move("1:*", "Moved")
+        dv.status(USER, "Moved")
+        dv.status(USER, "INBOX")
         for peer in peers:
             results[peer.name]["moved_all"] = _measure(dv, peer)
     finally:
