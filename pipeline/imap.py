@@ -154,8 +154,8 @@ def _bodies_fast(data: list[Any]) -> list[tuple[int, bytes, bytes | None]] | Non
     answer has the common shape above; None otherwise (anything else: unsolicited
     FLAGS, other items, another order), and imapclient's parser reads it all.
 
-    imapclient's lexer reads the answer a character at a time in Python: about
-    60 us a message, a sixth of a worker's time in a first sync.
+    imapclient's lexer reads the answer a character at a time in Python: 39 us a
+    message against 2.3 us here (a 100-message answer of the sync bench).
     """
     out: list[tuple[int, bytes, bytes | None]] = []
     n = len(data)
