@@ -78,10 +78,29 @@ class _Progress:
             print("", file=sys.stderr)
 
 
+def _memory(args: argparse.Namespace) -> int | None:
+    """The rebuild memory budget asked for: ``--memory``, else ``$MAILLEDGER_MEMORY``
+    (None: the config's ``[store] memory`` or the default)."""
+    from stores.db import parse_size
+
+    raw = getattr(args, "memory", None) or args.env.get("MAILLEDGER_MEMORY")
+    if not raw:
+        return None
+    try:
+        return parse_size(raw)
+    except ValueError as exc:
+        where = "--memory" if getattr(args, "memory", None) else "MAILLEDGER_MEMORY"
+        raise UsageError(f"{where}: {exc}") from None
+
+
 def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
     from pipeline.store import MessageStore
 
-    return MessageStore.open(args.store, create=create)
+    budget = _memory(args)  # (a bad size is a usage error before anything is opened)
+    store = MessageStore.open(args.store, create=create)
+    if budget is not None:
+        store.memory_budget = budget
+    return store
 
 
 # -- commands ------------------------------------------------------------------
@@ -137,8 +156,9 @@ def cmd_find(args: argparse.Namespace) -> int:
         if args.json:
             _print_json(ids)
         else:
+            rows = store.summaries(ids)  # one query for every hit, never one per hit
             for mid in ids:
-                rec = store.get(mid) or {}
+                rec = rows.get(mid) or {}
                 print(f"{mid}\t{rec.get('date_iso') or '-'}\t{rec.get('subject') or ''}")
     return EXIT_OK
 
@@ -180,8 +200,9 @@ def cmd_thread(args: argparse.Namespace) -> int:
         if args.json:
             _print_json(ids)
             return EXIT_OK
+        rows = store.summaries(ids)  # one query for every message, never one per message
         for mid in ids:
-            rec = store.get(mid) or {}
+            rec = rows.get(mid) or {}
             print(
                 f"{rec.get('date_iso') or '(undated)':20}  {rec.get('from_addr') or '-':30}"
                 f"  {rec.get('subject') or ''}  <{mid}>"
@@ -319,6 +340,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
             report = sync_accounts(None, config, env, opts, emit=emit, only=only)
         elif opts.apply:
             with MessageStore.open(store_path, create=True) as store:
+                budget = _memory(args) or config.store_memory
+                if budget is not None:
+                    store.memory_budget = budget
                 report = sync_accounts(store, config, env, opts, emit=emit, only=only)
         else:  # dry run: read the cursors if a store exists, write nothing anywhere
             with tempfile.TemporaryDirectory(prefix="mailledger-dry-") as tmp:
@@ -443,6 +467,13 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         type=Path,
         default=default_store_path(env),
         help="store directory (default: $MAILLEDGER_STORE, else $XDG_DATA_HOME/mailledger)",
+    )
+    parser.add_argument(
+        "--memory",
+        metavar="SIZE",
+        help="memory a replay or verify may use, e.g. 1GiB (default: $MAILLEDGER_MEMORY, else"
+        " the config's [store] memory, else a quarter of the machine, at most 1 GiB);"
+        " past it they spill to disk",
     )
     subs = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 

@@ -35,6 +35,8 @@ File shape (keys may be added, never renamed)::
                                    # stalling longer fails the folder cleanly (exit 1)
     [store]
     path = "/var/lib/mailledger"
+    memory = "1GiB"                # what a replay or verify may use (default: a
+                                   # quarter of the machine, at most 1 GiB)
     [metrics]
     file = "/var/lib/node-exporter/mailledger.prom"
     [dispatch]                     # kept as a raw table for the dispatcher
@@ -200,6 +202,7 @@ class Config:
     metrics_file: Path | None
     dispatch: dict[str, Any]
     path: Path | None = field(default=None, compare=False)
+    store_memory: int | None = None  # bytes a rebuild may use ([store] memory)
 
 
 def default_config_path(env: Mapping[str, str]) -> Path:
@@ -499,7 +502,7 @@ def _optional_path(
     if not isinstance(table, dict):
         problems.add(section, f"must be a table ([{section}]), got {_show(table)}")
         return None
-    problems.unknown_keys(table, (key,), section)
+    problems.unknown_keys(table, (key, *_ALSO_KEYS.get(section, ())), section)
     if key not in table:
         return None
     raw = table[key]
@@ -507,6 +510,26 @@ def _optional_path(
         problems.add(f"{section}.{key}", f"must be a non-empty path, got {_show(raw)}")
         return None
     return _resolve_path(raw, base, env)
+
+
+# keys a section may hold besides the path ``_optional_path`` reads
+_ALSO_KEYS = {"store": ("memory",)}
+
+
+def _store_memory(problems: _Problems, table: Any) -> int | None:
+    """``[store] memory``: the bytes a rebuild may use (a size such as "1GiB")."""
+    if not isinstance(table, dict) or "memory" not in table:
+        return None
+    from stores.db import parse_size
+
+    raw = table["memory"]
+    try:
+        if not isinstance(raw, str | int) or isinstance(raw, bool):
+            raise ValueError(f'must be a size such as "1GiB", got {_show(raw)}')
+        return parse_size(str(raw))
+    except ValueError as exc:
+        problems.add("store.memory", str(exc))
+        return None
 
 
 def load_config(path: Path, env: Mapping[str, str]) -> Config:
@@ -545,6 +568,7 @@ def load_config(path: Path, env: Mapping[str, str]) -> Config:
                 accounts[name] = account
 
     store_path = _optional_path(problems, doc.get("store"), "store", "path", base, env)
+    store_memory = _store_memory(problems, doc.get("store"))
     if env.get("MAILLEDGER_STORE"):
         store_path = Path(env["MAILLEDGER_STORE"])
     metrics_file = _optional_path(problems, doc.get("metrics"), "metrics", "file", base, env)
@@ -560,6 +584,7 @@ def load_config(path: Path, env: Mapping[str, str]) -> Config:
         metrics_file=metrics_file,
         dispatch=dispatch,
         path=path,
+        store_memory=store_memory,
     )
 
 

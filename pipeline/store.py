@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import email
 import email.policy
+import fcntl
 import functools
 import itertools
 import json
@@ -34,15 +35,16 @@ import pyarrow as pa
 from pipeline.clock import Clock, SystemClock, new_run_id
 from pipeline.parse import ParsedMessage, parse_message
 from projections.fold import (
-    BULK_ROWS,
     FOLD_SCHEMA,
-    ID_SEP,
     applied_seq,
     apply_chunks,
-    index_key,
+    hash_matches,
+    key_hash,
+    location_key,
     projection_version,
     rebuild,
 )
+from projections.lookup import rows_where_in
 from projections.normalize import index_value, normalize_header_name, normalize_msgid
 from projections.tables import PROJECTION_VERSION, fingerprint
 from stores import db
@@ -117,6 +119,8 @@ class MessageStore:
         # committed batches not yet folded (kept so a fold need not re-read the log)
         self._unapplied: list[pa.Table] = []
         self.fold_every = 10_000  # events: a deferred fold runs at least this often (memory)
+        # bytes a rebuild (replay, verify) may use in all; None: db.default_budget()
+        self.memory_budget: int = db.default_budget()
 
     # -- lifecycle ------------------------------------------------------------
     @classmethod
@@ -158,6 +162,7 @@ class MessageStore:
         store.blobs.create()
         with contextlib.suppress(OSError):  # partial blobs of writers killed midway
             store.blobs.clean_tmp()
+        store._remove_dead_builds()
         if check:
             store.log.check()
         if store.purge_journal.exists():
@@ -200,8 +205,12 @@ class MessageStore:
         if self._con is None:
             self._con = db.connect(self.db_path, read_only=False)
             self._con_rw = True
-            if projection_version(self._con) != PROJECTION_VERSION:
-                self._rebuild(self._con)
+            if not _current(self._con):
+                # built by another version: rebuilt beside the file and swapped in
+                self.close()
+                self.reindex()
+                self._con = db.connect(self.db_path, read_only=False)
+                self._con_rw = True
         return self._con
 
     def _reader(self, *, stale_ok: bool = False) -> duckdb.DuckDBPyConnection:
@@ -213,7 +222,7 @@ class MessageStore:
         if self._con is None:
             if self.db_path.exists():
                 con = db.connect(self.db_path, read_only=True)
-                if projection_version(con) == PROJECTION_VERSION:
+                if _current(con):
                     applied = applied_seq(con)
                     if applied == self.log.last_seq() or (stale_ok and self._lag_is_ours(applied)):
                         self._con, self._con_rw = con, False
@@ -248,11 +257,23 @@ class MessageStore:
                 chunks = self._log_chunks(after=seq)
             apply_chunks(con, chunks)  # one fold for all of them: its cost is mostly per call
 
-    def _rebuild(self, con: duckdb.DuckDBPyConnection) -> int:
+    def _rebuild(self, con: duckdb.DuckDBPyConnection, scratch: Path) -> int:
         files = self.log.files()
-        if sum(f.rows for f in files) > BULK_ROWS:
-            files = []  # folded in chunks: no point staging what cannot be held
-        return rebuild(con, self._log_chunks(), files=[f.path for f in files])
+        return rebuild(
+            con,
+            self._log_chunks(),
+            files=[f.path for f in files],
+            scratch=scratch,
+            builders=db.builders(self.memory_budget),
+        )
+
+    def _build_connection(self, path: Path) -> duckdb.DuckDBPyConnection:
+        """A connection to a new projection file for a rebuild (replay, verify), its
+        DuckDB memory within the store's budget (the rest is this process's own)."""
+        config = dict(db.CONFIG)
+        config["memory_limit"] = f"{db.duckdb_share(self.memory_budget) >> 20}MiB"
+        config["temp_directory"] = str(path) + ".tmp"
+        return duckdb.connect(str(path), config=config)
 
     def _log_chunks(self, after: int = 0) -> Iterator[pa.Table]:
         files = [f for f in self.log.files() if f.last > after]
@@ -404,28 +425,47 @@ class MessageStore:
         """
         if not pairs:
             return {}
-        con = self._reader()
-        con.register(
-            "_q_pairs",
-            pa.table(
-                {
-                    "message_id": pa.array([p[0] for p in pairs], pa.string()),
-                    "size": pa.array([p[1] for p in pairs], pa.int64()),
-                }
-            ),
+        wanted = set(pairs)
+        table = rows_where_in(
+            self._reader(),
+            "messages",
+            "message_id",
+            [p[0] for p in wanted],
+            "message_id, seq, size, sha256, date_utc, date_offset_min, from_addr, to_addrs,"
+            ' in_reply_to, "references", list_id, subject, synthetic_id, defects',
         )
-        table = con.sql(
-            "SELECT m.message_id, m.seq, m.size, m.sha256, m.date_utc, m.date_offset_min,"
-            ' m.from_addr, m.to_addrs, m.in_reply_to, m."references", m.list_id, m.subject,'
-            " m.synthetic_id, m.defects FROM messages m"
-            " JOIN (SELECT DISTINCT message_id, size FROM _q_pairs) q USING (message_id, size)"
-        ).to_arrow_table()
-        con.unregister("_q_pairs")
-        rows = table.to_pylist()
+        rows = [r for r in table.to_pylist() if (r["message_id"], r["size"]) in wanted]
         headers = self._headers_at([r["seq"] for r in rows])
         for r in rows:
             r["headers"] = headers.get(r.pop("seq"), ())
         return {(r["message_id"], r["size"]): r for r in rows}
+
+    @_uses_db
+    def locations_at(
+        self,
+        source: str,
+        places: Sequence[tuple[str, int | None, int | None, str | None]],
+        *,
+        stale_ok: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The ``locations`` rows at ``places`` of ``source``, each place a (folder,
+        uidvalidity, uid, uidl): probed through the index on the location key, so
+        the cost follows the places asked for, never the store.
+
+        ``stale_ok``: as for a writer that remembers what it committed itself.
+        """
+        if not places:
+            return []
+        keys = [location_key(source, *place) for place in places]
+        con = self._reader(stale_ok=stale_ok)
+        return rows_where_in(con, "locations", "loc_key", keys).to_pylist()
+
+    @_uses_db
+    def stored_ids(self, ids: Sequence[str], *, stale_ok: bool = False) -> dict[str, str]:
+        """Of ``ids``, those the store holds, with the source that first stored each."""
+        con = self._reader(stale_ok=stale_ok)
+        table = rows_where_in(con, "messages", "message_id", ids, "message_id, source")
+        return dict(zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True))
 
     @_uses_db
     def cursor(self, account: str, folder: str) -> dict[str, Any] | None:
@@ -485,25 +525,69 @@ class MessageStore:
         )
         return True
 
+    def _build_files(self) -> list[Path]:
+        """The files a rebuild writes beside the projections (replay's, verify's)."""
+        return [
+            self.db_path.with_suffix(".duckdb.rebuild"),
+            self.root / "projections.verify.duckdb",
+        ]
+
+    @contextlib.contextmanager
+    def _building(self, path: Path) -> Iterator[None]:
+        """Hold ``path``'s build lock while a rebuild writes it, and remove what the
+        rebuild wrote when it ends, however it ends (a kill -9 leaves them to
+        ``_remove_dead_builds``, at the next open)."""
+        fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # (a concurrent replay: wait for it)
+            _remove_build_files(path)
+            try:
+                yield
+            finally:
+                _remove_build_files(path)
+        finally:
+            os.close(fd)
+
+    def _remove_dead_builds(self) -> None:
+        """Remove the files of rebuilds killed midway (no process holds their lock)."""
+        for path in self._build_files():
+            lock = Path(f"{path}.lock")
+            if not lock.exists():
+                continue
+            try:
+                fd = os.open(lock, os.O_RDWR)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue  # a rebuild is running
+            try:
+                _remove_build_files(path)
+            finally:
+                os.close(fd)
+
     def reindex(self) -> int:
         """Rebuild every projection from the log (= ``mailledger replay``); returns last seq.
 
         The new database is built beside the old one and renamed over it, so a
-        crash midway leaves the old projections in place.
+        crash or a failure midway leaves the old projections in use; whatever the
+        rebuild had written (its file, its scratch file, its spill directory) is
+        removed on the way out, and by the next rebuild after a kill -9.
         """
         self.close()
         tmp = self.db_path.with_suffix(".duckdb.rebuild")
-        for p in (tmp, Path(str(tmp) + ".wal")):
-            p.unlink(missing_ok=True)
-        con = duckdb.connect(str(tmp), config=dict(db.CONFIG))
-        try:
-            last = self._rebuild(con)
-            con.execute("CHECKPOINT")
-        finally:
-            con.close()
-        os.chmod(tmp, 0o600)
-        Path(str(self.db_path) + ".wal").unlink(missing_ok=True)
-        os.replace(tmp, self.db_path)
+        with self._building(tmp):
+            con = self._build_connection(tmp)
+            try:
+                last = self._rebuild(con, scratch=Path(str(tmp) + ".stage"))
+                con.execute("CHECKPOINT")
+            finally:
+                con.close()
+            os.chmod(tmp, 0o600)
+            Path(str(self.db_path) + ".wal").unlink(missing_ok=True)
+            os.replace(tmp, self.db_path)
         return last
 
     # -- reading --------------------------------------------------------------
@@ -566,11 +650,28 @@ class MessageStore:
         if name == "message-id":
             rows = con.execute("SELECT message_id FROM messages WHERE message_id = ?", [key])
             return [r[0] for r in rows.fetchall()]
-        # one row: its ids are stored sorted (code point order, as sorted() gives)
+        # the index probe finds the key's hash; a (vanishingly rare) other key of
+        # the same hash is told apart by its header and value
+        kh = key_hash(con, name, key)
         found = con.execute(
-            "SELECT message_ids FROM header_keys WHERE key = ?", [index_key(name, key)]
+            f"SELECT header, value, message_id FROM header_index WHERE kh = {kh}"
         ).fetchall()
-        return found[0][0].split(ID_SEP) if found else []
+        return sorted(mid for h, v, mid in found if h == name and v == key)
+
+    @_uses_db
+    def summaries(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """What a listing prints of each stored message of ``ids``: its ``date_iso``,
+        ``from_addr`` and ``subject``, by Message-ID, read in one query (a probe
+        of the index per id for a few ids, one scan for many)."""
+        rows = self.message_rows(ids, "message_id, date_iso, from_addr, subject")
+        return {r["message_id"]: r for r in rows}
+
+    @_uses_db
+    def message_rows(self, ids: Sequence[str], columns: str = "*") -> list[dict[str, Any]]:
+        """``columns`` of the primary records of ``ids`` (those stored), in one query."""
+        if not ids:
+            return []
+        return rows_where_in(self._reader(), "messages", "message_id", ids, columns).to_pylist()
 
     @_uses_db
     def walk_thread(self, msg_id: str) -> list[str]:
@@ -588,12 +689,14 @@ class MessageStore:
                 break
         if not found:
             raise NotFoundError(f"no message {msg_id!r} in the store")
-        rows = con.execute(
-            "SELECT m.message_id FROM thread_nodes n JOIN messages m USING (message_id)"
-            " WHERE n.thread_id = ? ORDER BY m.date_iso NULLS LAST, m.message_id",
-            [found[0][0]],
-        ).fetchall()
-        return [r[0] for r in rows]
+        members = rows_where_in(con, "thread_nodes", "thread_id", [found[0][0]], "message_id")
+        dated = rows_where_in(
+            con, "messages", "message_id", members.column("message_id").to_pylist(),
+            "message_id, date_iso",
+        ).to_pylist()  # fmt: skip
+        # oldest first, undated last; ties by id (code point order, as DuckDB sorts)
+        dated.sort(key=lambda r: (r["date_iso"] is None, r["date_iso"] or "", r["message_id"]))
+        return [r["message_id"] for r in dated]
 
     @_uses_db
     def contains_uidl(self, uidl: str) -> bool:
@@ -769,18 +872,15 @@ class MessageStore:
                     problems.append(str(exc))
             # a pack whose index is damaged, even when every blob it still holds reads
             problems.extend(sorted(self.blobs.damaged.values()))
-        # a file, not memory: DuckDB may spill a large store's replay to disk
+        # a file, not memory: a large store's replay spills to disk
         scratch = self.root / "projections.verify.duckdb"
-        for p in (scratch, Path(str(scratch) + ".wal")):
-            p.unlink(missing_ok=True)
-        fresh = duckdb.connect(str(scratch), config=dict(db.CONFIG))
-        try:
-            self._rebuild(fresh)
-            want = fingerprint(fresh)
-        finally:
-            fresh.close()
-            for p in (scratch, Path(str(scratch) + ".wal")):
-                p.unlink(missing_ok=True)
+        with self._building(scratch):
+            fresh = self._build_connection(scratch)
+            try:
+                self._rebuild(fresh, scratch=Path(str(scratch) + ".stage"))
+                want = fingerprint(fresh)
+            finally:
+                fresh.close()
         have = fingerprint(con)
         for table, digest in want.items():
             if have.get(table) != digest:
@@ -829,10 +929,25 @@ class MessageStore:
         with contextlib.suppress(duckdb.Error, OSError):
             db.release(db.connect(self.db_path, read_only=False, timeout=60))  # no other holder
         base = str(self.db_path)
-        for name in (base, base + ".wal", base + ".rebuild", base + ".rebuild.wal"):
+        for name in (base, base + ".wal"):
             Path(name).unlink(missing_ok=True)
-        for name in (base + ".tmp", base + ".rebuild.tmp"):
-            shutil.rmtree(name, ignore_errors=True)
+        shutil.rmtree(base + ".tmp", ignore_errors=True)
+        for path in self._build_files():  # (a killed rebuild's staged events hold mail)
+            _remove_build_files(path)
+
+
+def _current(con: duckdb.DuckDBPyConnection) -> bool:
+    """True when the projections were built by this version's rules and hash."""
+    return projection_version(con) == PROJECTION_VERSION and hash_matches(con)
+
+
+def _remove_build_files(path: Path) -> None:
+    """A rebuild's file and everything DuckDB keeps beside it (the WAL, the
+    scratch file of staged events, the spill directories)."""
+    for name in (str(path), f"{path}.wal", f"{path}.stage", f"{path}.stage.wal"):
+        Path(name).unlink(missing_ok=True)
+    for name in (f"{path}.tmp", f"{path}.stage.tmp"):
+        shutil.rmtree(name, ignore_errors=True)
 
 
 def _id_candidates(msg_id: str) -> list[str]:

@@ -1,22 +1,34 @@
 """The projections as one fold: ``apply(con, batch)`` folds committed events into tables.
 
-The same code runs for an incremental update after a commit and for a full
-replay (one call per chunk of the log on empty tables), so the two give the
-same tables row for row. A batch is applied in one transaction together with
-the last seq it contains; events at or below that seq are skipped, so applying
-a batch twice changes nothing. No clock, network or file other than the
-DuckDB connection given is touched here.
+Two paths, one set of rules:
 
-The fold runs as SQL over the batch registered in DuckDB (the wide columns,
-such as the addresses and references, never pass through Python); Python computes only
-what the normalization rules of ``projections.normalize`` define (subject and
+- ``apply`` folds a batch of committed events into the tables as they stand (an
+  incremental update after a commit). Its cost follows the batch: it reads the
+  rows the batch touches (its ids, their threads, their locations, their index
+  entries) through ART indexes with literal keys (``projections.lookup``), never
+  a scan of a table whose size follows the store, unless the batch is itself so
+  large that one scan is cheaper than its probes.
+- ``rebuild`` drops every projection and builds them from the whole log on
+  empty tables: the same SQL and the same normalization, run by builders at
+  once, with the events staged in a scratch DuckDB file so that memory is
+  bounded by DuckDB's ``memory_limit`` (it spills to disk), whatever the size
+  of the log.
+
+A batch is applied in one transaction together with the last seq it contains;
+events at or below that seq are skipped, so applying a batch twice changes
+nothing. No clock, network or file other than the DuckDB connection given (and
+the rebuild's scratch file) is touched here.
+
+The fold runs as SQL over the events registered in DuckDB (the wide columns,
+such as the addresses and references, never pass through Python); Python computes
+only what the normalization rules of ``projections.normalize`` define (subject and
 date keys) and the connected components of the thread graph.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,8 +39,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from projections.lookup import INDEX_KEYS_MAX, rows_where_in, sql_literals
 from projections.normalize import normalize_subject
-from projections.tables import PROJECTION_VERSION, create_indexes, create_tables
+from projections.tables import PROJECTION_VERSION, TABLES, create_indexes, create_tables
 from stores.errors import LogIntegrityError
 from stores.events import SCHEMA
 
@@ -37,22 +50,21 @@ from stores.events import SCHEMA
 FOLD_SCHEMA = pa.schema([field for field in SCHEMA if field.name != "headers"])
 
 __all__ = [
-    "BULK_ROWS",
     "FOLD_SCHEMA",
-    "ID_SEP",
     "KEY_SEP",
     "applied_seq",
     "apply",
     "apply_chunks",
-    "index_key",
+    "hash_matches",
+    "key_hash",
+    "location_key",
     "projection_version",
     "rebuild",
 ]
 
 KEY_SEP = "\x1f"
-# Between the Message-IDs of a ``header_keys`` row: no stored id holds whitespace
-# (``normalize_msgid`` removes it, synthetic ids encode it).
-ID_SEP = " "
+
+log = logging.getLogger("mailledger.projections")
 
 _SEEN = "message-seen"
 _DELETED = "message-deleted"
@@ -60,10 +72,19 @@ _VANISHED = "location-vanished"
 _MOVED = "cursor-moved"
 _UIDV = "uidvalidity-changed"
 
+# ``header_index.kh``: DuckDB's hash of header, 0x1F, value. The hash is
+# DuckDB's own (fast, vectorized); a DuckDB whose hash differs from the one that
+# built the tables has them rebuilt (``hash_matches``).
+_KH = f"hash(header || '{KEY_SEP}' || value)"
+_HASH_PROBE = "hash('mailledger header_index')"
 
-def index_key(header: str, value: str) -> str:
-    """The ``header_keys.key`` of a normalized (header, value) pair."""
-    return f"{header}{KEY_SEP}{value}"
+
+def key_hash(con: duckdb.DuckDBPyConnection, header: str, value: str) -> int:
+    """The ``kh`` of a normalized (header, value), computed by DuckDB: a query that
+    compares ``kh`` with this number (a literal) is an index scan, where
+    ``kh = hash(?)`` would not be (a parameter is not folded before the scan is
+    planned)."""
+    return int(con.execute("SELECT hash(?)", [f"{header}{KEY_SEP}{value}"]).fetchall()[0][0])
 
 
 def _meta(con: duckdb.DuckDBPyConnection, key: str) -> int | None:
@@ -84,16 +105,19 @@ def projection_version(con: duckdb.DuckDBPyConnection) -> int | None:
     return _meta(con, "projection_version")
 
 
+def _probe(con: duckdb.DuckDBPyConnection) -> int:
+    return int(con.execute(f"SELECT ({_HASH_PROBE} >> 2)::BIGINT").fetchall()[0][0])
+
+
+def hash_matches(con: duckdb.DuckDBPyConnection) -> bool:
+    """True when this DuckDB hashes index keys as the one that built the tables."""
+    return _meta(con, "hash_probe") == _probe(con)
+
+
 def _set_meta(con: duckdb.DuckDBPyConnection, key: str, value: int) -> None:
     con.execute("DELETE FROM meta WHERE key = ?", [key])
     con.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
 
-
-# A log of at most this many events is rebuilt by ``_build`` from a copy held in
-# memory (about 700 bytes an event without the headers); a longer one is folded
-# in chunks by ``apply_chunks``, which stages them in DuckDB and spills to disk:
-# the same tables, slower.
-BULK_ROWS = 400_000
 
 _STAGE = "_replay_stage"
 
@@ -103,7 +127,8 @@ def rebuild(
     chunks: Iterable[pa.Table],
     *,
     files: Sequence[Path] = (),
-    bulk_rows: int = BULK_ROWS,
+    scratch: Path | None = None,
+    builders: int | None = None,
 ) -> int:
     """Drop every projection and fold the whole log again; returns the last seq.
 
@@ -112,6 +137,14 @@ def rebuild(
     faster than the chunks can be handed over. Should that read fail (a damaged
     file, a file a compaction just replaced), ``chunks`` are read instead, and
     their reader says precisely what is wrong.
+
+    The events are staged in ``scratch``, a DuckDB file made for the rebuild and
+    removed after it (None: in memory, for small logs and tests): the staged
+    events and every intermediate table live in DuckDB's buffer pool, which
+    spills to disk under the connection's ``memory_limit``. Nothing here holds
+    the log in Python. ``builders``: how many tables are built at once (default
+    one more than the cores); each needs working memory of its own, so a small
+    ``memory_limit`` wants one.
     """
     for name, kind in con.execute(
         "SELECT table_name, table_type FROM information_schema.tables"
@@ -120,36 +153,52 @@ def rebuild(
         con.execute(f'DROP {"VIEW" if kind == "VIEW" else "TABLE"} IF EXISTS "{name}"')
     create_tables(con)
     _set_meta(con, "applied_seq", 0)
-    rest: Iterable[pa.Table] = chunks
     # The builders are the parallelism: DuckDB's own worker threads on top of
     # them were measured to cost more than they gave (2 cores: 10-20% slower).
-    # Every rule names its order (seq, arg_min, list_sort): rows need not keep
-    # the order they were inserted in, which DuckDB otherwise pays for (2 cores,
-    # 100,000 events, 6 replays each: 1.83 s -> 1.72 s median).
+    # Every rule names its order (seq, arg_min, min): rows need not keep the
+    # order they were inserted in, which DuckDB otherwise pays for.
     threads, ordered = con.execute(
         "SELECT current_setting('threads'), current_setting('preserve_insertion_order')"
     ).fetchall()[0]
-    con.execute("SET threads = 1")
     con.execute("SET preserve_insertion_order = false")
-    con.execute(f"ATTACH ':memory:' AS {_STAGE}")
+    where = ":memory:" if scratch is None else str(scratch)
+    if scratch is not None:
+        _remove_db_files(scratch)
+    con.execute(f"ATTACH '{where}' AS {_STAGE}")
     try:
-        last = _stage_files(con, files, bulk_rows) if files else None
+        last = _stage_files(con, files) if files else None
         if last is None:
-            last, rest = _stage_chunks(con, chunks, bulk_rows)
+            last = _stage_chunks(con, chunks)
+        con.execute("SET threads = 1")
         if last:
-            _build(con)
+            _build_or_retry(con, builders or _BUILDERS)
     finally:
         con.execute(f"DETACH {_STAGE}")
+        if scratch is not None:
+            _remove_db_files(scratch)
         con.execute(f"SET threads = {int(threads)}")
         con.execute(f"SET preserve_insertion_order = {bool(ordered)}")
-    if last is None:  # too long to hold: fold it in chunks
-        last = apply_chunks(con, rest)
-    else:
-        _set_meta(con, "applied_seq", last)
-    create_indexes(con)  # (those ``_build`` did not make already)
+    _set_meta(con, "applied_seq", last)
+    con.execute("CHECKPOINT")  # (the tables written out: the indexes get the memory)
+    missing = create_indexes(con)
+    if missing:
+        log.warning(
+            "the projections were rebuilt without the index%s %s: DuckDB builds an index"
+            " whole in memory and it did not fit in this rebuild's memory limit; every"
+            " answer stays right, but lookups that needed it scan their table (replay with"
+            " more --memory to build it)",
+            "es" if len(missing) > 1 else "",
+            ", ".join(missing),
+        )
+    _set_meta(con, "hash_probe", _probe(con))
     # last: a rebuild killed before this point is redone at the next open
     _set_meta(con, "projection_version", PROJECTION_VERSION)
     return last
+
+
+def _remove_db_files(path: Path) -> None:
+    for p in (path, Path(f"{path}.wal")):
+        p.unlink(missing_ok=True)
 
 
 def _stage_table(con: duckdb.DuckDBPyConnection, name: str = "_batch") -> None:
@@ -159,45 +208,19 @@ def _stage_table(con: duckdb.DuckDBPyConnection, name: str = "_batch") -> None:
     con.unregister("_empty")
 
 
-# Cursors that read the log files at once (measured on 100 files of 1,000 events:
-# 0.23 s with one, 0.15 s with two; one cursor with two DuckDB threads: 0.34 s).
-_STAGE_READERS = 2
-
-
-def _stage_files(
-    con: duckdb.DuckDBPyConnection, files: Sequence[Path], bulk_rows: int
-) -> int | None:
+def _stage_files(con: duckdb.DuckDBPyConnection, files: Sequence[Path]) -> int | None:
     """Copy the events of the log ``files`` into ``_STAGE._batch``; returns the last
-    seq, or None when they could not be read or are more than ``bulk_rows``.
-
-    Each reader copies a run of consecutive files into a table of its own;
-    ``_batch`` is the view of all those tables (no rule relies on row order).
-    """
-    n, k = len(files), max(1, min(_STAGE_READERS, len(files)))
-    runs = [[str(f) for f in files[i * n // k : (i + 1) * n // k]] for i in range(k)]
-    parts = [f"{_STAGE}._batch_{i}" for i in range(k)]
-    for i in range(k):
-        _stage_table(con, f"_batch_{i}")
+    seq, or None when they could not be read (or do not hold seq 1..last)."""
+    _stage_table(con)
     cols = ", ".join(f'"{name}"' for name in FOLD_SCHEMA.names)
-
-    def read(i: int) -> None:
-        c = con.cursor()
-        try:
-            c.execute(
-                f"INSERT INTO {parts[i]} SELECT {cols} FROM read_parquet(?, union_by_name = true)",
-                [runs[i]],
-            )
-        finally:
-            c.close()
-
-    con.execute(
-        f"CREATE VIEW {_STAGE}._batch AS "
-        + " UNION ALL ".join(f"SELECT * FROM {part}" for part in parts)
-    )
     try:
-        with ThreadPoolExecutor(max_workers=k, thread_name_prefix="stage") as pool:
-            for done in [pool.submit(read, i) for i in range(k)]:
-                done.result()
+        con.execute(
+            # (columns matched by name; a file of another shape fails the read and
+            # the chunks are staged instead. union_by_name would take it, but it
+            # holds every file's schema: 140 MB more at 1,000 files)
+            f"INSERT INTO {_STAGE}._batch SELECT {cols} FROM read_parquet(?)",
+            [[str(f) for f in files]],
+        )
         n, first, last, distinct = con.execute(
             f"SELECT count(*), min(seq), max(seq), count(DISTINCT seq) FROM {_STAGE}._batch"
         ).fetchall()[0]
@@ -205,55 +228,49 @@ def _stage_files(
         readable = False
     else:
         readable = n == distinct == (last or 0) and first in (1, None)
-    if not readable or n > bulk_rows:
-        con.execute(f"DROP VIEW {_STAGE}._batch")
-        for part in parts:
-            con.execute(f"DROP TABLE {part}")
+    if not readable:
+        con.execute(f"DROP TABLE {_STAGE}._batch")
         return None
     return int(last or 0)
 
 
-def _stage_chunks(
-    con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table], bulk_rows: int
-) -> tuple[int | None, Iterable[pa.Table]]:
-    """Copy the events of ``chunks`` into ``_STAGE._batch``: (the last seq, ()); or,
-    when there are more than ``bulk_rows``, (None, all of the chunks, unstaged)."""
-    held: list[pa.Table] = []
-    rows = 0
-    rest = iter(chunks)
-    for chunk in rest:
-        held.append(chunk)
-        rows += chunk.num_rows
-        if rows > bulk_rows:
-            return None, itertools.chain(held, rest)
-    parts = [c.select(FOLD_SCHEMA.names).cast(FOLD_SCHEMA) for c in _new_events(held, 0)]
-    last = parts[-1].column("seq")[-1].as_py() if parts else 0
+def _stage_chunks(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table]) -> int:
+    """Copy the events of ``chunks`` into ``_STAGE._batch``, one chunk at a time;
+    returns the last seq."""
     _stage_table(con)
-    if parts:
-        con.register("_events", pa.concat_tables(parts))
-        con.execute(f"INSERT INTO {_STAGE}._batch SELECT * FROM _events")
-        con.unregister("_events")
-    return last, ()
+    last = 0
+    for chunk in _new_events(chunks, 0):
+        part = chunk.select(FOLD_SCHEMA.names).cast(FOLD_SCHEMA)
+        con.register("_events", part)
+        try:
+            con.execute(f"INSERT INTO {_STAGE}._batch SELECT * FROM _events")
+        finally:
+            con.unregister("_events")
+        last = part.column("seq")[-1].as_py()
+    return last
 
 
 # Builders running at once: one more than the cores. More only take turns on the
 # cores, each slower (2 cores, 100,000 events, 6 replays each in fresh processes:
 # 1.81 s median with 2, 1.83 with 3, 2.00 with 4, 2.06 with 8).
 _BUILDERS = (os.cpu_count() or 1) + 1
+# Rows handed to Python at a time (derived columns, thread components).
+_STREAM_ROWS = 1 << 17
 
 
-def _build(con: duckdb.DuckDBPyConnection) -> None:
+def _build(con: duckdb.DuckDBPyConnection, builders: int) -> None:
     """Fold the events staged in ``_STAGE._batch`` (the whole log) into empty tables.
 
     The same rules and the same SQL as an incremental fold of everything in one
     batch (on empty tables nothing is removed or merged), but the tables are
-    built by builders at once on their own cursors: messages, header keys, the
-    thread edges, the thread components, and locations with cursors. DuckDB runs
-    a statement without holding the GIL, and reads its own tables (unlike a
-    registered Arrow table) without taking it. A builder writes only its own tables and creates
-    their indexes once they are full. Each statement commits by itself: a
-    rebuild killed midway leaves no ``projection_version``, so the next open
-    rebuilds again.
+    built by builders at once on their own cursors: messages, the header index,
+    the thread edges, the thread components, and locations with cursors. DuckDB
+    runs a statement without holding the GIL. A builder writes only its own
+    tables; the indexes are made after every table is full, one at a time (DuckDB
+    holds an index whole in memory while it builds it: made beside the builders,
+    they took memory the builders' spills needed). Each statement commits
+    by itself: a rebuild killed midway leaves no ``projection_version``, so the
+    next open rebuilds again.
     """
 
     def views(c: duckdb.DuckDBPyConnection, new: str = "", staged: str = "_batch _win") -> None:
@@ -267,20 +284,28 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
 
     def decide(c: duckdb.DuckDBPyConnection) -> None:
         views(c, staged="_batch")
-        c.execute(_DECIDE)  # on empty tables nothing existed: every winner is new
+        c.execute(_DECIDE.format(existing=_NONE_EXISTING))  # on empty tables: every winner new
         c.execute(
             f"CREATE TABLE {_STAGE}._win AS SELECT win AS seq FROM _decide WHERE win IS NOT NULL"
         )
 
     def derive(c: duckdb.DuckDBPyConnection) -> None:
         """The columns the normalization rules define, of every message-seen event
-        (the winners are among them: this need not wait for the decision)."""
-        rows = c.sql(
+        (the winners are among them: this need not wait for the decision), a
+        slice at a time."""
+        c.execute(f"CREATE TABLE {_STAGE}._derived (seq BIGINT, subject_key VARCHAR,"
+                  " date_key VARCHAR, date_iso VARCHAR)")  # fmt: skip
+        reader = c.sql(
             f"SELECT seq, subject, date_utc FROM {_STAGE}._batch WHERE type = '{_SEEN}'"
-        ).to_arrow_table()
-        c.register("_derived_rows", _derived(rows))
-        c.execute(f"CREATE TABLE {_STAGE}._derived AS SELECT * FROM _derived_rows")
-        c.unregister("_derived_rows")
+        ).to_arrow_reader(_STREAM_ROWS)
+        w = con.cursor()
+        try:
+            for batch in reader:
+                w.register("_derived_rows", _derived(pa.Table.from_batches([batch])))
+                w.execute(f"INSERT INTO {_STAGE}._derived SELECT * FROM _derived_rows")
+                w.unregister("_derived_rows")
+        finally:
+            w.close()
 
     # the new message rows as the incremental fold has them (its _derived holds
     # the winners' rows only)
@@ -295,32 +320,23 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
 
     def threads(c: duckdb.DuckDBPyConnection) -> None:
         views(c, "SELECT message_id FROM _batch JOIN _win USING (seq)")
-        found = c.sql(f"SELECT child, parent FROM {_STAGE}._edges").to_arrow_table()
-        stored = c.sql("SELECT message_id FROM _new").to_arrow_table()
-        nodes, labels = _components(
-            stored.column("message_id"), found.column("child"), found.column("parent")
-        )
-        c.register("_nodes", pa.table({"message_id": nodes, "thread_id": labels}))
-        c.execute("INSERT INTO thread_nodes SELECT message_id, thread_id FROM _nodes")
-        create_indexes(c, "thread_nodes")
+        _bulk_components(c)
 
     def places(c: duckdb.DuckDBPyConnection) -> None:
         views(c, staged="_batch")
         types = _ids(c, "SELECT DISTINCT type FROM _batch")
         if types & {_SEEN, _VANISHED}:
-            _fold_locations(c)
+            _fold_locations(c, bulk=True)
         if types & {_MOVED, _UIDV}:
             _fold_cursors(c)
 
     def messages(c: duckdb.DuckDBPyConnection) -> None:
         views(c, new_rows, "_batch _derived _win")
         c.execute("INSERT INTO messages BY NAME SELECT * FROM _new")
-        create_indexes(c, "messages")
 
-    def header_keys(c: duckdb.DuckDBPyConnection) -> None:
+    def header_index(c: duckdb.DuckDBPyConnection) -> None:
         views(c, new_rows, "_batch _derived _win")
-        c.execute(_NEW_KEYS.format(src=f"({_entries('_new')})"))
-        create_indexes(c, "header_keys")
+        c.execute(_INSERT_ENTRIES.format(src=f"({_entries('_new')})"))
 
     catalog = con.execute("SELECT current_database()").fetchall()[0][0]
 
@@ -332,7 +348,9 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
         finally:
             c.close()
 
-    with ThreadPoolExecutor(max_workers=_BUILDERS, thread_name_prefix="replay") as pool:
+    # (one builder runs the jobs in the order they are submitted, which is an order
+    # their dependencies allow)
+    with ThreadPoolExecutor(max_workers=builders, thread_name_prefix="replay") as pool:
         # locations and cursors need no decision; the derived columns not yet
         decided, derived = pool.submit(run, decide), pool.submit(run, derive)
         jobs = [pool.submit(run, places), decided, derived]
@@ -341,11 +359,102 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
         staged_edges = pool.submit(run, edges)
         derived.result()
         # the longest builder first: it ends the rebuild when it starts last
-        jobs += [staged_edges, pool.submit(run, header_keys), pool.submit(run, messages)]
+        jobs += [staged_edges, pool.submit(run, header_index), pool.submit(run, messages)]
         staged_edges.result()
         jobs += [pool.submit(run, threads), pool.submit(run, edge_rows)]
         for done in jobs:
             done.result()  # a builder's error is the rebuild's
+
+
+def _build_or_retry(con: duckdb.DuckDBPyConnection, builders: int) -> None:
+    """``_build``; should builders at once run out of memory, the tables are built
+    again one at a time (slower, in less memory): a rebuild never fails for lack
+    of memory that one builder would have had."""
+    try:
+        _build(con, builders)
+    except duckdb.OutOfMemoryException as exc:
+        if builders == 1:
+            raise
+        log.warning(
+            "%d builders ran out of memory (%s): building one table at a time", builders, exc
+        )
+    else:
+        return
+    for (name,) in con.execute(
+        f"SELECT table_name FROM duckdb_tables() WHERE database_name = '{_STAGE}'"
+        " AND table_name <> '_batch'"
+    ).fetchall():
+        con.execute(f"DROP TABLE {_STAGE}.{name}")
+    for name in TABLES:
+        if name != "meta":
+            con.execute(f"DROP TABLE {name}")
+    create_tables(con)
+    _build(con, 1)
+
+
+def _bulk_components(c: duckdb.DuckDBPyConnection) -> None:
+    """``thread_nodes`` of the whole graph: the stored ids of ``_new`` and every
+    end of ``_STAGE._edges``, each labelled with its component's smallest id.
+
+    Each node gets a dense integer code in DuckDB, and the edges are turned into
+    pairs of codes there, joined on DuckDB's 64-bit hash of the ids (a join of
+    integers, not of strings); Python unites the pairs, streamed a slice at a
+    time, in one list of ints (about 40 bytes a node, never the ids themselves);
+    the labels (the smallest id of each component) are computed back in DuckDB.
+    Should two ids share a hash (about one store in 10^7 at a million ids), the
+    exact fold on the ids themselves runs instead: a collision must never join
+    two threads.
+    """
+    c.execute(
+        f"CREATE TABLE {_STAGE}._node AS SELECT id, hash(id) AS h,"
+        " (row_number() OVER () - 1)::BIGINT AS code FROM"
+        f" (SELECT message_id AS id FROM _new UNION SELECT parent FROM {_STAGE}._edges)"
+    )
+    n, distinct = c.execute(f"SELECT count(*), count(DISTINCT h) FROM {_STAGE}._node").fetchall()[0]
+    if n != distinct:
+        _exact_components(c)
+        return
+    parent = list(range(n))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = x = parent[parent[x]]  # path halving
+        return x
+
+    reader = c.sql(
+        f"SELECT a.code AS c, b.code AS p FROM {_STAGE}._edges e"
+        f" JOIN {_STAGE}._node a ON a.h = hash(e.child)"
+        f" JOIN {_STAGE}._node b ON b.h = hash(e.parent)"
+    ).to_arrow_reader(_STREAM_ROWS)
+    for batch in reader:
+        for x, y in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
+            rx, ry = find(x), find(y)
+            if rx != ry:
+                parent[max(rx, ry)] = min(rx, ry)
+    roots = pa.array([find(i) for i in range(n)], pa.int64())
+    parent.clear()  # (the roots are all that is kept)
+    c.register("_roots", pa.table({"code": pa.array(range(n), pa.int64()), "root": roots}))
+    c.execute(f"CREATE TABLE {_STAGE}._root AS SELECT * FROM _roots")
+    c.unregister("_roots")
+    del roots
+    c.execute(
+        f"""
+        INSERT INTO thread_nodes
+        WITH r AS (SELECT n.id, r.root FROM {_STAGE}._node n JOIN {_STAGE}._root r USING (code)),
+        l AS (SELECT root, min(id) AS thread_id FROM r GROUP BY root)
+        SELECT r.id AS message_id, l.thread_id FROM r JOIN l USING (root)
+        """
+    )
+
+
+def _exact_components(c: duckdb.DuckDBPyConnection) -> None:
+    """``_bulk_components`` on the ids themselves (two ids share a hash)."""
+    stored = c.sql("SELECT message_id FROM _new").to_arrow_table().column("message_id")
+    found = c.sql(f"SELECT child, parent FROM {_STAGE}._edges").to_arrow_table()
+    nodes, labels = _components(stored, found.column("child"), found.column("parent"))
+    c.register("_nodes", pa.table({"message_id": nodes, "thread_id": labels}))
+    c.execute("INSERT INTO thread_nodes SELECT message_id, thread_id FROM _nodes")
+    c.unregister("_nodes")
 
 
 def apply(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> int:
@@ -357,10 +466,9 @@ def apply_chunks(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table]) -> 
     """Fold consecutive chunks of committed events as one batch, in one transaction.
 
     The chunks are staged into a DuckDB table first (which spills to disk under
-    the memory limit, so a whole log can be one batch) and folded once: a fold
-    costs mostly per call and per existing row it merges with, so one fold of
-    everything pending is far cheaper than one per chunk. Events at or below the
-    applied seq are skipped; a gap before the first new event is an error.
+    the memory limit) and folded once: one fold of everything pending is cheaper
+    than one per chunk. Events at or below the applied seq are skipped; a gap
+    before the first new event is an error.
     """
     applied = applied_seq(con)
     con.execute("BEGIN TRANSACTION")
@@ -461,11 +569,41 @@ def _ids(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
     return {r[0] for r in con.execute(sql).fetchall()}
 
 
+def _column(table: pa.Table, name: str) -> list[Any]:
+    return table.column(name).to_pylist()
+
+
+def _register_table(con: duckdb.DuckDBPyConnection, name: str, rows: pa.Table) -> None:
+    """``rows`` as the temp table ``name`` (a copy: it outlives the Arrow table)."""
+    con.register("_rows", rows)
+    try:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM _rows")
+    finally:
+        con.unregister("_rows")
+
+
+def _delete_where_in(
+    con: duckdb.DuckDBPyConnection, table: str, column: str, values: Sequence[Any], source: str
+) -> None:
+    """Delete the rows of ``table`` whose ``column`` is in ``values`` (probed as
+    literals through the index when few; else joined from ``source``, SQL that
+    selects them)."""
+    if not values:
+        return
+    keys = sorted(set(values))
+    listed = sql_literals(keys) if len(keys) <= INDEX_KEYS_MAX else None
+    if listed is not None:
+        con.execute(f"DELETE FROM {table} WHERE {column} IN ({listed})")
+    else:
+        con.execute(f"DELETE FROM {table} WHERE {column} IN ({source})")
+
+
 # -- primary store, header index, thread graph ------------------------------
 
 # Which message-seen wins, per Message-ID in the batch: after the last delete of
 # the batch, the first sighting; with no delete, the first sighting unless the
 # id was already stored (first seen wins: later sightings add locations only).
+# ``{existing}``: SQL selecting the batch's ids that the messages table holds.
 _DECIDE = f"""
 CREATE OR REPLACE TEMP TABLE _decide AS
 WITH ev AS (
@@ -478,9 +616,10 @@ WITH ev AS (
     WHERE ev.type = '{_SEEN}' AND ev.seq > coalesce(g.last_del, 0) GROUP BY ev.message_id
 )
 SELECT g.message_id, g.last_del, w.win,
-       g.message_id IN (SELECT message_id FROM messages) AS existed
+       g.message_id IN ({{existing}}) AS existed
 FROM g LEFT JOIN w USING (message_id)
 """
+_NONE_EXISTING = "SELECT NULL::VARCHAR WHERE false"
 
 # The value(s) each indexed header takes in a message row.
 _INDEXED = {
@@ -496,23 +635,16 @@ _INDEXED = {
 
 def _entries(src: str) -> str:
     """SQL of the index entries of the message rows in ``src``: distinct
-    (key, Message-ID) pairs (an address in both To and Cc counts once)."""
+    (header, value, Message-ID) triples (an address in both To and Cc counts once)."""
     pairs = " UNION ALL ".join(
         f"SELECT '{h}' AS header, {value} AS value, message_id FROM {src}"
         for h, value in _INDEXED.items()
     )
-    return (
-        f"SELECT header || '{KEY_SEP}' || value AS key, message_id FROM ({pairs})"
-        " WHERE value IS NOT NULL"
-    )
+    return f"SELECT header, value, message_id FROM ({pairs}) WHERE value IS NOT NULL"
 
 
-# A key's ``message_ids``: its entries' ids, sorted, in one string (the entries
-# of one fold are distinct; those of a merge are made so).
-_IDS = f"array_to_string(list_sort(list(message_id)), '{ID_SEP}')"
-
-# The header_keys rows of keys that no row has yet, from the entries in {src}.
-_NEW_KEYS = f"INSERT INTO header_keys SELECT key, {_IDS} FROM {{src}} GROUP BY key"
+# The header_index rows of the entries in {src}.
+_INSERT_ENTRIES = f"INSERT INTO header_index SELECT {_KH}, header, value, message_id FROM {{src}}"
 
 _MESSAGE_COLUMNS = (
     "message_id, seq, source, folder, uidvalidity, uid, uidl, size, sha256, subject,"
@@ -543,27 +675,32 @@ def _derived(rows: pa.Table) -> pa.Table:
 
 
 def _fold_messages(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute(_DECIDE)
+    ids = sorted(
+        _ids(con, f"SELECT DISTINCT message_id FROM _batch WHERE type IN ('{_SEEN}', '{_DELETED}')")
+    )
+    # the stored rows of the batch's ids: probed, not scanned, for a small batch
+    _register_table(con, "_existing", rows_where_in(con, "messages", "message_id", ids))
+    con.execute(_DECIDE.format(existing="SELECT message_id FROM _existing"))
     con.execute(
-        "CREATE OR REPLACE TEMP TABLE _removed AS SELECT d.message_id, m.seq"
-        " FROM _decide d JOIN messages m USING (message_id)"
-        " WHERE d.existed AND d.last_del IS NOT NULL"
+        "CREATE OR REPLACE TEMP TABLE _removed AS SELECT e.* FROM _decide d"
+        " JOIN _existing e USING (message_id) WHERE d.existed AND d.last_del IS NOT NULL"
     )
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _win AS SELECT win AS seq FROM _decide"
         " WHERE win IS NOT NULL AND NOT (existed AND last_del IS NULL)"
     )
-    removed = con.execute("SELECT count(*) FROM _removed").fetchall()[0][0]
+    removed = sorted(_ids(con, "SELECT message_id FROM _removed"))
     wins = con.execute("SELECT count(*) FROM _win").fetchall()[0][0]
     if not removed and not wins:
+        for name in ("_decide", "_removed", "_win", "_existing"):
+            con.execute(f"DROP TABLE {name}")
         return
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE _old_entries AS "
-        + _entries("(SELECT * FROM messages WHERE message_id IN (SELECT message_id FROM _removed))")
-    )
     if removed:
-        con.execute("DELETE FROM messages WHERE message_id IN (SELECT message_id FROM _removed)")
-        con.execute("DELETE FROM thread_edges WHERE child IN (SELECT message_id FROM _removed)")
+        gone = "SELECT message_id FROM _removed"
+        _delete_where_in(con, "messages", "message_id", removed, gone)
+        # (no index on child: a delete reads the edges; a fetch never does)
+        con.execute(f"DELETE FROM thread_edges WHERE child IN ({gone})")
+        _delete_entries(con)
 
     small = con.sql(
         "SELECT seq, subject, date_utc FROM _batch WHERE seq IN (SELECT seq FROM _win)"
@@ -572,11 +709,10 @@ def _fold_messages(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"CREATE OR REPLACE TEMP TABLE _new AS {_NEW_ROWS}")
     con.unregister("_derived")
     con.execute("INSERT INTO messages BY NAME SELECT * FROM _new")
-    con.execute("CREATE OR REPLACE TEMP TABLE _new_entries AS " + _entries("_new"))
-    _merge_header_keys(con)
-    con.execute(_INSERT_EDGES)
+    con.execute(_INSERT_ENTRIES.format(src=f"({_entries('_new')})"))
+    con.execute("INSERT INTO thread_edges " + _EDGES)
     affected = (
-        _ids(con, "SELECT message_id FROM _removed")
+        set(removed)
         | _ids(con, "SELECT message_id FROM _new")
         | _ids(
             con,
@@ -585,88 +721,87 @@ def _fold_messages(con: duckdb.DuckDBPyConnection) -> None:
         )
     )
     _refresh_threads(con, affected)
-    for name in ("_decide", "_removed", "_win", "_new", "_old_entries", "_new_entries"):
+    for name in ("_decide", "_removed", "_win", "_new", "_existing"):
         con.execute(f"DROP TABLE {name}")
 
 
-def _merge_header_keys(con: duckdb.DuckDBPyConnection) -> None:
-    """Each touched key's ids: the old ones less the removed rows', plus the new.
+def _delete_entries(con: duckdb.DuckDBPyConnection) -> None:
+    """Remove the header_index entries of the rows in ``_removed``.
 
-    Keys not in the table yet (all of them in a replay) are inserted straight from
-    the new entries; only keys already there are split and merged. A key left
-    with no id loses its row.
+    Their keys' hashes are probed through the index (the rows found are those of
+    every message carrying those keys, filtered to the removed ones by row id);
+    a removal with more keys than that is worth is one scan instead.
     """
     con.execute(
-        """
-        CREATE OR REPLACE TEMP TABLE _existing_keys AS
-        SELECT key FROM header_keys
-        WHERE key IN (SELECT key FROM _old_entries UNION SELECT key FROM _new_entries)
-        """
+        f"CREATE OR REPLACE TEMP TABLE _old_keys AS SELECT DISTINCT {_KH} AS kh, message_id"
+        f" FROM ({_entries('_removed')})"
     )
-    if con.execute("SELECT count(*) FROM _existing_keys").fetchall()[0][0]:
+    khs = [r[0] for r in con.execute("SELECT DISTINCT kh FROM _old_keys").fetchall()]
+    if len(khs) <= INDEX_KEYS_MAX:
+        found = con.sql(
+            f"SELECT rowid AS r, kh, message_id FROM header_index WHERE kh IN ({sql_literals(khs)})"
+        ).to_arrow_table()
+        con.register("_found", found)
+        rowids = [
+            r[0]
+            for r in con.execute(
+                "SELECT r FROM _found JOIN _old_keys USING (kh, message_id)"
+            ).fetchall()
+        ]
+        con.unregister("_found")
+        if rowids:
+            con.execute(f"DELETE FROM header_index WHERE rowid IN ({sql_literals(rowids)})")
+    else:
         con.execute(
-            f"""
-            CREATE OR REPLACE TEMP TABLE _merged AS
-            WITH cur AS (
-                SELECT key, unnest(string_split(message_ids, '{ID_SEP}')) AS message_id
-                FROM header_keys WHERE key IN (SELECT key FROM _existing_keys)
-            ), entries AS (
-                SELECT * FROM cur WHERE message_id NOT IN (SELECT message_id FROM _removed)
-                UNION SELECT key, message_id FROM _new_entries
-                WHERE key IN (SELECT key FROM _existing_keys)
-            )
-            SELECT key, {_IDS} AS message_ids FROM entries GROUP BY key
-            """
+            "DELETE FROM header_index WHERE message_id IN (SELECT message_id FROM _old_keys)"
+            " AND (kh, message_id) IN (SELECT kh, message_id FROM _old_keys)"
         )
-        con.execute("DELETE FROM header_keys WHERE key IN (SELECT key FROM _existing_keys)")
-        con.execute("INSERT INTO header_keys SELECT * FROM _merged")
-        con.execute("DROP TABLE _merged")
-    con.execute(
-        _NEW_KEYS.format(
-            src="(SELECT * FROM _new_entries WHERE key NOT IN (SELECT key FROM _existing_keys))"
-        )
-    )
-    con.execute("DROP TABLE _existing_keys")
+    con.execute("DROP TABLE _old_keys")
 
 
-# The thread_edges rows of the messages in ``_new``.
-_EDGES = """
+# The thread_edges rows of the messages in {src} (``_new`` unless told).
+_EDGES_OF = """
 SELECT child, parent, min(kind) AS kind FROM (
-    SELECT message_id AS child, in_reply_to AS parent, 'in-reply-to' AS kind FROM _new
-    UNION ALL SELECT message_id, unnest("references"), 'references' FROM _new
+    SELECT message_id AS child, in_reply_to AS parent, 'in-reply-to' AS kind FROM {src}
+    UNION ALL SELECT message_id, unnest("references"), 'references' FROM {src}
 ) WHERE parent IS NOT NULL AND parent <> child
 GROUP BY child, parent
 """
-_INSERT_EDGES = "INSERT INTO thread_edges " + _EDGES
+_EDGES = _EDGES_OF.format(src="_new")
 
 
 def _refresh_threads(con: duckdb.DuckDBPyConnection, affected: set[str]) -> None:
     """Recompute the connected components that ``affected`` nodes belong to.
 
     A component's thread_id is its smallest node id, so the labels depend only
-    on the graph, never on the order in which it was built.
+    on the graph, never on the order in which it was built. The work follows the
+    threads touched: their nodes are found through the indexes on thread_nodes,
+    and their edges come from their stored messages' rows (every edge of a
+    component has its child among the component's stored messages).
     """
     if not affected:
         return
-    con.register("_affected", pa.table({"id": pa.array(sorted(affected), pa.string())}))
-    con.execute(
-        """
-        CREATE OR REPLACE TEMP TABLE _cand AS
-        SELECT id FROM _affected
-        UNION SELECT message_id FROM thread_nodes WHERE thread_id IN (
-            SELECT thread_id FROM thread_nodes WHERE message_id IN (SELECT id FROM _affected))
-        """
+    ids = sorted(affected)
+    threads = _column(
+        rows_where_in(con, "thread_nodes", "message_id", ids, "thread_id"), "thread_id"
     )
-    con.unregister("_affected")
-    con.execute("DELETE FROM thread_nodes WHERE message_id IN (SELECT id FROM _cand)")
-    edges = con.sql(
-        "SELECT child, parent FROM thread_edges WHERE child IN (SELECT id FROM _cand)"
-        " UNION SELECT child, parent FROM thread_edges WHERE parent IN (SELECT id FROM _cand)"
-    ).to_arrow_table()
-    stored = con.sql(
-        "SELECT message_id FROM messages WHERE message_id IN (SELECT id FROM _cand)"
-    ).to_arrow_table()
-    con.execute("DROP TABLE _cand")
+    members = _column(
+        rows_where_in(con, "thread_nodes", "thread_id", threads, "message_id"), "message_id"
+    )
+    cand = sorted(affected | set(members))
+    con.register("_cand", pa.table({"v": pa.array(cand, pa.string())}))
+    try:
+        _delete_where_in(con, "thread_nodes", "message_id", cand, "SELECT v FROM _cand")
+    finally:
+        con.unregister("_cand")
+    stored = rows_where_in(
+        con, "messages", "message_id", cand, 'message_id, in_reply_to, "references"'
+    )
+    con.register("_stored", stored)
+    try:
+        edges = con.sql(_EDGES_OF.format(src="_stored")).to_arrow_table()
+    finally:
+        con.unregister("_stored")
     nodes, labels = _components(
         stored.column("message_id"), edges.column("child"), edges.column("parent")
     )
@@ -728,6 +863,24 @@ _LOC_KEY = (
 )
 
 
+def location_key(
+    source: str | None,
+    folder: str | None,
+    uidvalidity: int | None,
+    uid: int | None,
+    uidl: str | None,
+) -> str:
+    """``locations.loc_key`` of a place, exactly as ``_LOC_KEY`` spells it in SQL
+    (``concat_ws`` skips a NULL source or folder); a test holds the two together."""
+    parts = [p for p in (source, folder) if p is not None]
+    parts += [
+        "" if uidvalidity is None else str(uidvalidity),
+        "" if uid is None else str(uid),
+        uidl or "",
+    ]
+    return "\x1f".join(parts)
+
+
 # The locations already in the table (``_old``) merged with the batch's sightings
 # (``seen``, one row per location and content); without old rows, ``seen`` as is.
 _MERGE_OLD_LOCATIONS = """
@@ -747,29 +900,39 @@ _MERGE_OLD_LOCATIONS = """
 """
 
 
-def _fold_locations(con: duckdb.DuckDBPyConnection) -> None:
+def _fold_locations(con: duckdb.DuckDBPyConnection, *, bulk: bool = False) -> None:
+    """Fold the batch's sightings and vanishings into ``locations``.
+
+    ``bulk``: the table is empty (a rebuild): nothing to merge with. Otherwise the
+    rows of the batch's locations are probed through the index on ``loc_key``,
+    removed, and written back merged with the batch.
+    """
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE _loc AS SELECT {_LOC_KEY} AS loc_key, seq, type,"
         " recorded_at, source, folder, uidvalidity, uid, uidl, message_id, sha256 FROM _batch"
         f" WHERE type IN ('{_SEEN}', '{_VANISHED}')"
     )
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE _old AS SELECT * FROM locations"
-        " WHERE loc_key IN (SELECT loc_key FROM _loc)"
-    )
-    con.execute("DELETE FROM locations WHERE loc_key IN (SELECT loc_key FROM _loc)")
-    old = con.execute("SELECT count(*) FROM _old").fetchall()[0][0]
+    old = 0
+    if not bulk:
+        keys = sorted(_ids(con, "SELECT DISTINCT loc_key FROM _loc"))
+        _register_table(con, "_old", rows_where_in(con, "locations", "loc_key", keys))
+        old = con.execute("SELECT count(*) FROM _old").fetchall()[0][0]
+        if old:
+            _delete_where_in(con, "locations", "loc_key", keys, "SELECT loc_key FROM _old")
     con.execute(
         """
         INSERT INTO locations
-        WITH seen AS (
-            SELECT loc_key, sha256,
-                   arg_min(source, seq) AS source, arg_min(folder, seq) AS folder,
-                   arg_min(uidvalidity, seq) AS uidvalidity, arg_min(uid, seq) AS uid,
-                   arg_min(uidl, seq) AS uidl, arg_min(message_id, seq) AS message_id,
-                   min(seq) AS first_seq, max(seq) AS last_seq,
-                   arg_min(recorded_at, seq) AS seen_at, CAST(NULL AS BIGINT) AS vanished_seq
+        WITH span AS (
+            SELECT loc_key, sha256, min(seq) AS first_seq, max(seq) AS last_seq
             FROM _loc WHERE type = 'message-seen' GROUP BY loc_key, sha256
+        ), seen AS (
+            -- the first sighting's columns: the row at first_seq (seq is unique), read
+            -- by a join rather than an arg_min per column (a replay's 1,000,000
+            -- locations: 13 s -> see the note in the commit)
+            SELECT s.loc_key, s.sha256, l.source, l.folder, l.uidvalidity, l.uid, l.uidl,
+                   l.message_id, s.first_seq, s.last_seq, l.recorded_at AS seen_at,
+                   CAST(NULL AS BIGINT) AS vanished_seq
+            FROM span s JOIN _loc l ON l.seq = s.first_seq
         ), folded AS ({folded}), van AS (
             -- A vanish applies to the content seen at the location before it, never to
             -- content first seen there later in the same batch: otherwise a replay (one
@@ -793,7 +956,8 @@ def _fold_locations(con: duckdb.DuckDBPyConnection) -> None:
         """.format(folded=_MERGE_OLD_LOCATIONS if old else "SELECT * FROM seen")
     )
     con.execute("DROP TABLE _loc")
-    con.execute("DROP TABLE _old")
+    if not bulk:
+        con.execute("DROP TABLE _old")
 
 
 # -- sync cursors -----------------------------------------------------------
@@ -830,3 +994,6 @@ def _fold_cursors(con: duckdb.DuckDBPyConnection) -> None:
             [account, folder, s["uidvalidity"], s["last_uid"], s["uidnext"], s["mode"],
              s["seq"], s["updated_at"]],
         )  # fmt: skip
+
+
+assert "header_index" in TABLES

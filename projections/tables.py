@@ -11,11 +11,12 @@ __all__ = [
     "create_indexes",
     "create_tables",
     "fingerprint",
+    "missing_indexes",
 ]
 
 # Bump when a table's shape or a fold's rule changes; a store whose projections
 # carry another version is rebuilt by replay (projections are disposable).
-PROJECTION_VERSION = 5
+PROJECTION_VERSION = 6
 
 _RAW = "USING COMPRESSION uncompressed"
 
@@ -49,14 +50,18 @@ TABLES: dict[str, str] = {
         defects VARCHAR[],
         indexed_at TIMESTAMPTZ
     """,
-    # One row per normalized (header, value), its ``key`` (header, 0x1F, value):
-    # the Message-IDs that carry it in one string, sorted (code point order) and
-    # separated by a space (no stored id holds whitespace). ``find`` reads one row
-    # and splits it, where a list of row numbers had to be joined with every
-    # message (1-2.5 ms on 100,000 messages, growing with the store); one string,
-    # not a VARCHAR[], because a list of strings costs DuckDB more to build and
-    # store. The view ``header_index`` shows one row per (header, value, id).
-    "header_keys": "key VARCHAR NOT NULL, message_ids VARCHAR NOT NULL",
+    # One row per index entry: a normalized (header, value) a message carries. ``kh``
+    # is DuckDB's hash of header, 0x1F, value (``key_hash``), ART-indexed: ``find``
+    # probes it and reads only its hits. A row per entry, never a row per value
+    # holding every id that carries it: a frequent sender's row would grow with
+    # the store, and every fold touching it would rewrite it (PROJECTION_VERSION 5
+    # did; a one-message fold into 1,000,000 messages rewrote rows of 100,000 ids).
+    "header_index": f"""
+        kh UBIGINT NOT NULL,
+        header VARCHAR NOT NULL,
+        value VARCHAR NOT NULL,
+        message_id VARCHAR {_RAW} NOT NULL
+    """,
     "thread_edges": "child VARCHAR NOT NULL, parent VARCHAR NOT NULL, kind VARCHAR NOT NULL",
     "thread_nodes": f"message_id VARCHAR {_RAW} NOT NULL, thread_id VARCHAR NOT NULL",
     "locations": f"""
@@ -77,20 +82,20 @@ TABLES: dict[str, str] = {
     """,
 }
 
-# Only the point lookups people wait on get an ART index (get/raw, find,
-# walk_thread); everything else is a scan or a hash join, which DuckDB does
-# fast, and each index costs replay time and disk.
+# The point lookups people wait on (get/raw, find, walk_thread) and those an
+# incremental fold makes (the ids, keys, threads and locations a batch touches)
+# get an ART index: a fold of one message then reads what it touches, never the
+# whole store. Everything else is a scan or a hash join; each index costs replay
+# time and disk.
 _INDEXES = {
     "messages_id": "messages(message_id)",
-    "header_keys_key": "header_keys(key)",
+    "header_index_kh": "header_index(kh)",
     "thread_nodes_id": "thread_nodes(message_id)",
+    "thread_nodes_thread": "thread_nodes(thread_id)",
+    "locations_key": "locations(loc_key)",
 }
 
-VIEWS = {
-    "header_index": "SELECT split_part(key, chr(31), 1) AS header,"
-    " key[strlen(split_part(key, chr(31), 1)) + 2:] AS value,"
-    " unnest(string_split(message_ids, ' ')) AS message_id FROM header_keys",
-}
+VIEWS: dict[str, str] = {}
 
 
 def create_tables(con: duckdb.DuckDBPyConnection) -> None:
@@ -100,11 +105,35 @@ def create_tables(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
 
 
-def create_indexes(con: duckdb.DuckDBPyConnection, table: str | None = None) -> None:
-    """The point-lookup indexes (of ``table`` only, when given)."""
+def create_indexes(con: duckdb.DuckDBPyConnection, table: str | None = None) -> list[str]:
+    """The point-lookup indexes (of ``table`` only, when given); returns those that
+    could not be made for lack of memory.
+
+    DuckDB builds an ART index in memory, whole (it cannot spill one): under a
+    small budget a large table's index may not fit. The table is then left
+    without it, rather than the rebuild failing: every query on it stays right,
+    and those the index served scan the table instead (``missing_indexes``
+    tells; a replay with more memory brings the index back).
+    """
+    missing = []
     for name, target in _INDEXES.items():
         if table is None or target.startswith(f"{table}("):
-            con.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {target}")
+            try:
+                con.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {target}")
+            except duckdb.OutOfMemoryException:
+                missing.append(name)
+    return missing
+
+
+def missing_indexes(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The point-lookup indexes these tables lack (a rebuild short of memory)."""
+    have = {
+        r[0]
+        for r in con.execute(
+            "SELECT index_name FROM duckdb_indexes() WHERE database_name = current_database()"
+        ).fetchall()
+    }
+    return [name for name in _INDEXES if name not in have]
 
 
 def fingerprint(con: duckdb.DuckDBPyConnection) -> dict[str, str]:

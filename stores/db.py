@@ -25,7 +25,17 @@ import duckdb
 
 from stores.errors import LockTimeout
 
-__all__ = ["CONFIG", "all_threads", "connect", "release"]
+__all__ = [
+    "CONFIG",
+    "MIN_BUDGET",
+    "all_threads",
+    "builders",
+    "connect",
+    "default_budget",
+    "duckdb_share",
+    "parse_size",
+    "release",
+]  # fmt: skip
 
 # A sync run from cron should stay small: DuckDB would otherwise size its buffer
 # pool from the machine's RAM and start a thread per core for tiny queries.
@@ -35,6 +45,63 @@ CONFIG = {"memory_limit": "512MB", "threads": "2"}
 # 2.3 ms with two threads, 1.7 ms with one, on the 100k bench store). Ad-hoc
 # queries get CONFIG's threads back (``all_threads``).
 READER_THREADS = "1"
+
+
+_MIB = 1 << 20
+# The least budget a rebuild is given: DuckDB's hash aggregates and joins need
+# working memory they cannot spill (at 64 MiB a GROUP BY of 400,000 reference
+# pairs failed; at 96 MiB and up it spilled and completed).
+MIN_BUDGET = 256 * _MIB
+# What a rebuild's process holds besides DuckDB's buffer pool: the interpreter
+# and its libraries (about 200 MB), the Parquet reader's buffers, the thread
+# graph's union-find (about 40 bytes a node) and the slices of rows handed to
+# Python. Measured on 1,000,000 messages: RSS ran 350-400 MB above DuckDB's own
+# count of its memory.
+_PROCESS_SHARE = 480 * _MIB
+
+
+def default_budget() -> int:
+    """The memory a rebuild (replay, verify) may use when none is configured: a
+    quarter of the machine's memory, at most 1 GiB (a background job's share;
+    ``--memory`` or the config's ``[store] memory`` give it more), at least 256 MiB."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        total = 4 << 30
+    return max(MIN_BUDGET, min(1 << 30, total // 4))
+
+
+def duckdb_share(budget: int) -> int:
+    """DuckDB's ``memory_limit`` within a process ``budget`` of bytes."""
+    return max(32 * _MIB, budget - min(_PROCESS_SHARE, budget // 2))
+
+
+def builders(budget: int) -> int | None:
+    """How many tables a rebuild within ``budget`` builds at once (None: its
+    default, one more than the cores). Each builder's hash tables and sorts need
+    working memory DuckDB cannot spill: on 1,000,000 messages three builders ran
+    out of 544 MiB where two did not (and took the same time on two cores)."""
+    share = duckdb_share(budget)
+    if share >= 1536 * _MIB:
+        return None
+    return 2 if share >= 512 * _MIB else 1
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size such as ``1GiB``, ``768M``, ``512mb`` or ``1073741824``
+    (binary units); ValueError names what could not be read."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
+    if not m:
+        raise ValueError(f"not a size: {text!r} (say e.g. 1GiB, 768MiB)")
+    size = int(float(m.group(1)) * _UNITS[m.group(2)])
+    if size < MIN_BUDGET:
+        raise ValueError(f"{text!r}: a rebuild needs at least {MIN_BUDGET >> 20}MiB")
+    return size
 
 
 class _Host:

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from pipeline.store import MessageStore
-from projections.fold import applied_seq, apply, rebuild
+from projections.fold import applied_seq, apply, apply_chunks, rebuild
 from projections.tables import TABLES, fingerprint
 from stores.events import (
     CursorMoved,
@@ -124,9 +124,10 @@ def tables_of(db_path: Path) -> dict[str, str]:
 def replay(log_root: Path, chunks: int = 1, how: str = "chunks") -> duckdb.DuckDBPyConnection:
     """A fresh in-memory projection database folded from the whole log.
 
-    ``how`` picks the rebuild's path: "chunks" (the events handed over in memory,
+    ``how`` picks the path: "chunks" (the events handed over chunk by chunk,
     built at once), "files" (DuckDB reads the log's Parquet files itself) or
-    "folded" (too long to hold: folded chunk by chunk like incremental applies).
+    "folded" (no rebuild: the incremental fold of every chunk as one batch on
+    empty tables).
     """
     log = EventLog(log_root)
     table = log.read()
@@ -136,7 +137,8 @@ def replay(log_root: Path, chunks: int = 1, how: str = "chunks") -> duckdb.DuckD
     if how == "files":
         rebuild(con, parts, files=[f.path for f in log.files()])
     elif how == "folded":
-        rebuild(con, parts, bulk_rows=0)
+        rebuild(con, [])
+        apply_chunks(con, parts)
     else:
         rebuild(con, parts)
     return con
