@@ -198,6 +198,23 @@ def _deleted_contents(store: MessageStore, source: str) -> dict[tuple[Any, ...],
     return out
 
 
+def _deleted_at(
+    store: MessageStore, source: str, places: Sequence[tuple[Any, ...]]
+) -> dict[tuple[Any, ...], set[str]]:
+    """``_deleted_contents`` of ``places`` only (each a (folder, uidvalidity, uid,
+    uidl)), probed through the indexes."""
+    rows = store.locations_at(source, places, stale_ok=True)
+    if not rows:
+        return {}
+    stored = store.stored_ids(sorted({r["message_id"] for r in rows}), stale_ok=True)
+    out: dict[tuple[Any, ...], set[str]] = {}
+    for r in rows:
+        if r["message_id"] not in stored:
+            where = (r["folder"], r["uidvalidity"], r["uid"], r["uidl"])
+            out.setdefault(where, set()).add(r["sha256"])
+    return out
+
+
 @_uses_db
 def _held_shas(store: MessageStore, shas: list[str]) -> set[str]:
     """Those of ``shas`` a stored message holds (at any location of any source)."""
@@ -249,6 +266,8 @@ class Ingest:
     """
 
     _CHUNK = 128
+    # places a run probes one chunk at a time before it reads its source's whole list
+    _PROBE_PLACES = 2048
 
     def __init__(
         self,
@@ -276,6 +295,7 @@ class Ingest:
         self.counts = RunCounts()
         self._blobs_root = str(store.blobs.root)
         self._deleted: dict[tuple[Any, ...], set[str]] | None = None
+        self._probed = 0  # places probed by ``held`` so far
         self._lookahead = max(1, lookahead)
         # blobs counted as written by the last batches committed (see above)
         self._fresh: deque[set[str]] = deque(maxlen=self._lookahead)
@@ -294,7 +314,7 @@ class Ingest:
         # event (yet): their bytes stay unwritten at any other such location too
         self._ghosts: set[str] = set()
         self._locs: set[tuple[Any, ...]] = set()
-        self._shas: set[str] = set()
+        self._places: set[tuple[Any, ...]] = set()
 
     def error(self, where: str, reason: str) -> None:
         """Count a message that could not be read at all (it is named, never dropped quietly)."""
@@ -340,10 +360,18 @@ class Ingest:
 
     def held(self, items: Sequence[Incoming]) -> dict[int, frozenset[str]] | None:
         """By position in ``items``: the contents on record at that place for a
-        message deleted since (their bytes are left to ``_commit`` to write)."""
-        if self._deleted is None:
-            self._deleted = _deleted_contents(self.store, self.source)
-        deleted = self._deleted
+        message deleted since (their bytes are left to ``_commit`` to write).
+
+        The first ``_PROBE_PLACES`` places of a run are probed through the index
+        (a cron sync of a few messages reads what it touches); a run past that
+        reads every location of its source once instead."""
+        if self._deleted is None and self._probed + len(items) <= self._PROBE_PLACES:
+            self._probed += len(items)
+            deleted = _deleted_at(self.store, self.source, [it.where for it in items])
+        else:
+            if self._deleted is None:
+                self._deleted = _deleted_contents(self.store, self.source)
+            deleted = self._deleted
         if not deleted:
             return None
         found = {i: frozenset(s) for i, it in enumerate(items) if (s := deleted.get(it.where))}
@@ -437,7 +465,7 @@ class Ingest:
                 read.append((it, p, r))
         self._lookup(
             [p.message_id for _, p, _ in read] + [r["message_id"] for r, _ in known],
-            [p.sha256 for _, p, _ in read] + [r["sha256"] for r, _ in known],
+            [it.where for it, _, _ in read] + [it.where for _, it in known],
         )
         if read:
             # written or found by prepare (perhaps in a worker): flushed before the commit
@@ -526,35 +554,22 @@ class Ingest:
         else:
             c.conflicts_other_source += 1
 
-    def _lookup(self, ids: list[str], shas: list[str]) -> None:
-        """Learn, for ids and contents this run has not met yet, which source owns
-        each id and which (location, sha) keys of this source are on record."""
+    def _lookup(self, ids: list[str], places: list[tuple[Any, ...]]) -> None:
+        """Learn, for ids and places this run has not met yet, which source owns
+        each id and which (place, sha) keys of this source are on record: probed
+        through the indexes, so a batch reads what it touches, not the store."""
         new_ids = sorted({i for i in ids if i not in self._owners})
-        new_shas = sorted({h for h in shas if h not in self._shas})
-        if not new_ids and not new_shas:
+        new_places = sorted({p for p in places if p not in self._places}, key=repr)
+        if not new_ids and not new_places:
             return
         # Projections may lag while a bulk run defers its fold; what this run
         # committed itself is in self._owners / self._locs already.
-        con = self.store._reader(stale_ok=True)
         if new_ids:
-            con.register("_q_ids", pa.table({"id": pa.array(new_ids, pa.string())}))
-            self._owners.update(
-                con.execute(
-                    "SELECT message_id, source FROM messages"
-                    " WHERE message_id IN (SELECT id FROM _q_ids)"
-                ).fetchall()
-            )
-            con.unregister("_q_ids")
-        if new_shas:
-            con.register("_q_sha", pa.table({"sha": pa.array(new_shas, pa.string())}))
-            rows = con.execute(
-                "SELECT folder, uidvalidity, uid, uidl, sha256 FROM locations"
-                " WHERE source = ? AND sha256 IN (SELECT sha FROM _q_sha)",
-                [self.source],
-            ).fetchall()
-            con.unregister("_q_sha")
-            self._locs.update(tuple(r) for r in rows)
-            self._shas.update(new_shas)
+            self._owners.update(self.store.stored_ids(new_ids, stale_ok=True))
+        if new_places:
+            for r in self.store.locations_at(self.source, new_places, stale_ok=True):
+                self._locs.add((r["folder"], r["uidvalidity"], r["uid"], r["uidl"], r["sha256"]))
+            self._places.update(new_places)
 
 
 def _with_id(p: ParsedMessage, message_id: str) -> ParsedMessage:

@@ -329,38 +329,33 @@ class _FolderSync:
         """``uid -> (message_id, sha256, size)`` the store holds for a sample of the
         folder's UIDs up to ``last_uid``: the latest content seen at each UID
         (after a rescan a UID has two), its size None when the record is gone."""
-        key = [self.account.name, folder, uidvalidity]
-        uids = [
-            r["uid"]
-            for r in self.store.query(
-                "SELECT DISTINCT uid FROM locations WHERE source = ? AND folder = ?"
-                " AND uidvalidity = ? AND uid IS NOT NULL AND uid <= ? AND NOT vanished"
-                " ORDER BY uid",
-                [*key, last_uid],
-            ).to_pylist()
-        ]
+        # Probed, not listed: the lowest and highest UIDs and a random spread below
+        # the cursor are looked up through the index on the location key, so an
+        # idle sync of a folder of a million messages reads a few dozen rows.
+        rng = random.Random(f"{self.account.name}/{folder}/{uidvalidity}/{self.store.run_id}")
+        ends = [*range(1, min(last_uid, 8) + 1), *range(max(1, last_uid - 7), last_uid + 1)]
+        spread = rng.sample(range(1, last_uid + 1), min(48, last_uid))
+        probe = sorted({*ends, *spread})
+        rows = self.store.locations_at(
+            self.account.name, [(folder, uidvalidity, uid, None) for uid in probe]
+        )
+        latest: dict[int, dict[str, Any]] = {}
+        for r in rows:  # after a rescan a UID has two contents: the latest counts
+            if r["uid"] is not None and (
+                r["uid"] not in latest or r["last_seq"] > latest[r["uid"]]["last_seq"]
+            ):
+                latest[r["uid"]] = r
+        uids = sorted(uid for uid, r in latest.items() if not r["vanished"])
         if not uids:
             return {}
-        rng = random.Random(f"{self.account.name}/{folder}/{uidvalidity}/{self.store.run_id}")
         picked = rng.sample(uids, min(self._SAMPLE - 2, len(uids)))
         sample = sorted({uids[0], uids[-1], *picked})
-        held = {
-            r["uid"]: r
-            for r in self.store.query(
-                "SELECT l.uid, arg_max(l.message_id, l.last_seq) AS message_id,"
-                " arg_max(l.sha256, l.last_seq) AS sha256 FROM locations l"
-                " WHERE l.source = ? AND l.folder = ? AND l.uidvalidity = ?"
-                " AND l.uid IN (SELECT unnest(?)) GROUP BY l.uid",
-                [*key, sample],
-            ).to_pylist()
-        }
+        held = {uid: latest[uid] for uid in sample}
         sizes = {
             (r["message_id"], r["sha256"]): r["size"]
-            for r in self.store.query(
-                "SELECT message_id, sha256, size FROM messages WHERE message_id IN"
-                " (SELECT unnest(?))",
-                [sorted({h["message_id"] for h in held.values()})],
-            ).to_pylist()
+            for r in self.store.message_rows(
+                sorted({h["message_id"] for h in held.values()}), "message_id, sha256, size"
+            )
         }
         return {
             uid: (h["message_id"], h["sha256"], sizes.get((h["message_id"], h["sha256"])))
