@@ -534,10 +534,11 @@ class MessageStore:
 
     @contextlib.contextmanager
     def _building(self, path: Path) -> Iterator[None]:
-        """Hold ``path``'s build lock while a rebuild writes it, and remove what the
+        """Hold the build lock (a ``flock`` of the store's directory: no file of its
+        own to leave behind) while a rebuild writes ``path``, and remove what the
         rebuild wrote when it ends, however it ends (a kill -9 leaves them to
-        ``_remove_dead_builds``, at the next open)."""
-        fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        ``_remove_dead_builds``, at the next open). Rebuilds take turns."""
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # (a concurrent replay: wait for it)
             _remove_build_files(path)
@@ -549,24 +550,21 @@ class MessageStore:
             os.close(fd)
 
     def _remove_dead_builds(self) -> None:
-        """Remove the files of rebuilds killed midway (no process holds their lock)."""
-        for path in self._build_files():
-            lock = Path(f"{path}.lock")
-            if not lock.exists():
-                continue
-            try:
-                fd = os.open(lock, os.O_RDWR)
-            except OSError:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                continue  # a rebuild is running
-            try:
+        """Remove the files of rebuilds killed midway (when no rebuild is running)."""
+        paths = self._build_files()
+        if not any(Path(f"{p}{x}").exists() for p in paths for x in ("", ".stage", ".tmp")):
+            return
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return  # a rebuild is running
+        try:
+            for path in paths:
                 _remove_build_files(path)
-            finally:
-                os.close(fd)
+        finally:
+            os.close(fd)
 
     def reindex(self) -> int:
         """Rebuild every projection from the log (= ``mailledger replay``); returns last seq.
@@ -826,7 +824,7 @@ class MessageStore:
     def stats(self) -> dict[str, Any]:
         con = self._reader()
         one = lambda sql: con.execute(sql).fetchall()[0][0]  # noqa: E731
-        blob_count = sum(1 for _ in self.blobs.shas())
+        blob_count = self.blobs.count()
         blob_bytes = self.blobs.stored_bytes()
         log_bytes = sum(f.path.stat().st_size for f in self.log.files())
         db_bytes = self.db_path.stat().st_size if self.db_path.exists() else 0
@@ -871,6 +869,7 @@ class MessageStore:
                 except Exception as exc:
                     problems.append(str(exc))
             # a pack whose index is damaged, even when every blob it still holds reads
+            self.blobs.check_packs()
             problems.extend(sorted(self.blobs.damaged.values()))
         # a file, not memory: a large store's replay spills to disk
         scratch = self.root / "projections.verify.duckdb"
