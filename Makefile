@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STORE  ?= $(or $(MAILLEDGER_STORE),$(CURDIR)/demo-store)
 
-.PHONY: venv demo test replay bench lint torture clean
+.PHONY: venv demo test replay bench bench-scale lint torture clean
 
 $(BIN)/mailledger: pyproject.toml
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "python3 -m venv is missing: apt-get install -y python3-venv" >&2; exit 2; }
@@ -35,6 +35,18 @@ bench: venv
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq isync dovecot-imapd) >/dev/null 2>&1 || true; \
 	fi
 	$(BIN)/python -m bench.sync_bench $(SYNC_BENCH_ARGS)
+
+# Every figure at two store sizes side by side, with its cost per message at each and
+# the growth of that cost (bench.scale): default 100,000 and 1,000,000 messages, about
+# 19 GB under bench-data/ and hours on two cores. The sync figures need Dovecot (from
+# apt-get when run as root and missing), or SCALE_ARGS="--no-sync". A quick one:
+# SCALE_ARGS="--sizes 2000,10000 --sync-messages 300 --data /tmp/bench-scale".
+bench-scale: venv
+	@if [ ! -x /usr/sbin/dovecot ] && ! command -v dovecot >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "bench-scale: installing dovecot for the sync figures" >&2; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dovecot-imapd dovecot-pop3d) >/dev/null 2>&1 || true; \
+	fi
+	$(BIN)/python -m bench.scale $(SCALE_ARGS)
 
 # The reliability campaigns (RELIABILITY.md): crash (>= 500 kill -9 trials), network faults,
 # server anomalies, hostile mail, storage faults, erasure, secrets. Runs as root for the

@@ -21,12 +21,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.corpus import write_maildir
 
-__all__ = ["main"]
+__all__ = ["Lookups", "corpus", "lookups", "main"]
 
 _REPLAYS = 3
 
@@ -41,7 +42,13 @@ TARGETS = {
 }
 
 
-def _corpus(data: Path, n: int, seed: int) -> Path:
+def corpus(data: Path, n: int, seed: int) -> Path:
+    """The Maildir of ``n`` messages (``seed``) under ``data``, generated only once.
+
+    Its ``.complete`` marker is written last, so an interrupted generation is
+    redone and a rerun, or the other bench (``bench.scale``), reuses the tree:
+    1,000,000 messages are 11 GB.
+    """
     root = data / f"maildir-{n}-{seed}"
     marker = root / ".complete"
     if not marker.exists():
@@ -87,6 +94,54 @@ def _percentiles(fn: Callable[[Any], object], inputs: list[Any]) -> tuple[float,
     return statistics.median(times), times[int(len(times) * 0.99) - 1]
 
 
+@dataclass(frozen=True)
+class Lookups:
+    """API-level lookup latencies in ms, (p50, p99) each, and the store's stats."""
+
+    find_subject: tuple[float, float]
+    find_from: tuple[float, float]
+    walk_thread: tuple[float, float]
+    raw_get: tuple[float, float]
+    cold_find: tuple[float, float]
+    stats: dict[str, Any]
+
+
+def lookups(store: Path, seed: int, samples: int) -> Lookups:
+    """Time the lookups a user waits on, in this process, on the store at ``store``.
+
+    ``samples`` messages drawn (``seed``) from the store are each looked up by
+    subject, by sender, by thread and by raw bytes within one session (the
+    projection file kept open, as a script doing many lookups would); the
+    one-shot find opens the projection file itself, as every CLI command does.
+    The store is closed again on return, so other processes may write it.
+    """
+    from pipeline.store import MessageStore
+
+    rng = random.Random(seed)
+    s = MessageStore.open(store, create=False)
+    try:
+        # one-shot calls open the projection file each time (what a CLI command pays)
+        cold = _percentiles(lambda r: s.find("subject", r or ""), ["x"] * 50)
+        with s.session():  # a script doing many lookups keeps it open
+            stats = s.stats()
+            rows = s.query(
+                "select message_id, subject, from_addr from messages using sample 5000 rows"
+            ).to_pylist()
+            rng.shuffle(rows)
+            sample = rows[:samples]
+            s.get(sample[0]["message_id"])  # warm the connection
+            return Lookups(
+                find_subject=_percentiles(lambda r: s.find("subject", r["subject"] or ""), sample),
+                find_from=_percentiles(lambda r: s.find("from", r["from_addr"] or ""), sample),
+                walk_thread=_percentiles(lambda r: s.walk_thread(r["message_id"]), sample),
+                raw_get=_percentiles(lambda r: s.raw(r["message_id"]), sample),
+                cold_find=cold,
+                stats=stats,
+            )
+    finally:
+        s.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--messages", type=int, default=100_000)
@@ -96,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
 
     ns.data.mkdir(parents=True, exist_ok=True)
-    maildir = _corpus(ns.data, ns.messages, ns.seed)
+    maildir = corpus(ns.data, ns.messages, ns.seed)
     store = ns.data / "store"
     shutil.rmtree(store, ignore_errors=True)
     ml = [sys.executable, "-m", "pipeline", "--store", str(store)]
@@ -127,29 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     samples = " / ".join(f"{r['seconds']:.2f}" for r, _ in replays)
     peak_rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
 
-    from pipeline.store import MessageStore
-
-    rng = random.Random(ns.seed)
-    s = MessageStore.open(store, create=False)
-    # one-shot calls open the projection file each time (what a CLI command pays)
-    cold = _percentiles(lambda r: s.find("subject", r or ""), ["x"] * 50)
-    with s.session():  # a script doing many lookups keeps it open
-        stats = s.stats()
-        rows = s.query(
-            "select message_id, subject, from_addr from messages using sample 5000 rows"
-        ).to_pylist()
-        rng.shuffle(rows)
-        sample = rows[: ns.samples]
-        s.get(sample[0]["message_id"])  # warm the connection
-        find_subject = _percentiles(lambda r: s.find("subject", r["subject"] or ""), sample)
-        find_from = _percentiles(lambda r: s.find("from", r["from_addr"] or ""), sample)
-        walk = _percentiles(lambda r: s.walk_thread(r["message_id"]), sample)
-        raw = _percentiles(lambda r: s.raw(r["message_id"]), sample)
-        ghosts = stats["ghosts"]
-    s.close()
-    figures["find_p50_ms"] = max(find_subject[0], find_from[0])
-    figures["walk_thread_p50_ms"] = walk[0]
-    figures["raw_get_p50_ms"] = raw[0]
+    lk = lookups(store, ns.seed, ns.samples)
+    stats, ghosts = lk.stats, lk.stats["ghosts"]
+    figures["find_p50_ms"] = max(lk.find_subject[0], lk.find_from[0])
+    figures["walk_thread_p50_ms"] = lk.walk_thread[0]
+    figures["raw_get_p50_ms"] = lk.raw_get[0]
     md_apparent, md_alloc = _du(maildir)
     st_apparent, st_alloc = _du(store)
     figures["store_fraction_of_maildir"] = st_apparent / md_apparent
@@ -172,11 +209,11 @@ def main(argv: list[str] | None = None) -> int:
         f" {samples} s ({took_replay:.2f}s with interpreter start)"
     )
     print(
-        f"find subject p50/p99 {find_subject[0]:.2f}/{find_subject[1]:.2f} ms, "
-        f"find from p50/p99 {find_from[0]:.2f}/{find_from[1]:.2f} ms, "
-        f"walk_thread p50/p99 {walk[0]:.2f}/{walk[1]:.2f} ms, "
-        f"raw get p50/p99 {raw[0]:.3f}/{raw[1]:.3f} ms (one session); a one-shot find"
-        f" that opens the projection file itself: p50 {cold[0]:.1f} ms"
+        f"find subject p50/p99 {lk.find_subject[0]:.2f}/{lk.find_subject[1]:.2f} ms, "
+        f"find from p50/p99 {lk.find_from[0]:.2f}/{lk.find_from[1]:.2f} ms, "
+        f"walk_thread p50/p99 {lk.walk_thread[0]:.2f}/{lk.walk_thread[1]:.2f} ms, "
+        f"raw get p50/p99 {lk.raw_get[0]:.3f}/{lk.raw_get[1]:.3f} ms (one session); a one-shot"
+        f" find that opens the projection file itself: p50 {lk.cold_find[0]:.1f} ms"
     )
     print(
         f"store: {st_apparent / 1e6:.1f} MB apparent ({st_alloc / 1e6:.1f} MB on disk) = "

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -37,8 +37,15 @@ USER = "fastmail"
 _PSS: list[float] = []  # peak PSS MiB of each _run, in order (see _run)
 
 
-def _run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, int]:
+def _run(
+    cmd: list[str],
+    env: dict[str, str] | None = None,
+    stdout: int | IO[bytes] = subprocess.DEVNULL,
+) -> tuple[float, float, int]:
     """(wall seconds, peak RSS MiB of the process and all its children, exit code).
+
+    The child's output goes to ``stdout`` (a file for a caller that reads what
+    the command printed, e.g. ``replay --json``; discarded by default).
 
     RSS is sampled every 20 ms over the whole process tree (worker processes
     included), because ``wait4``'s ru_maxrss would also count the memory the
@@ -57,7 +64,7 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, floa
     import psutil
 
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=subprocess.PIPE)
     peak = peak_pss = 0
     procs: list[Any] = []
     listed = pss_read = 0.0
@@ -111,6 +118,11 @@ class Mailledger(Peer):
     name = "mailledger"
     extra: tuple[str, ...] = ()
 
+    @property
+    def store(self) -> Path:
+        """The store this peer syncs into (``bench.scale`` points it at a big one)."""
+        return self.work / "store"
+
     def sync(self) -> tuple[float, float, int]:
         cfg = self.work / "config.toml"
         if not cfg.exists():
@@ -121,7 +133,7 @@ class Mailledger(Peer):
             "-m",
             "pipeline",
             "--store",
-            str(self.work / "store"),
+            str(self.store),
             "sync",
             "--apply",
             "--config",
@@ -175,6 +187,28 @@ def _measure(dv: Dovecot, peer: Peer) -> dict[str, float]:
     }
 
 
+def compile_sources() -> None:
+    """Byte-compile the package sources once, as a pip install would.
+
+    This source tree may have no bytecode, and this environment may forbid
+    writing it (PYTHONDONTWRITEBYTECODE is set here): then every timed run
+    compiled 19 modules from source, 0.06 s of a half-second idle sync.
+    """
+    for package in ("pipeline", "stores", "projections"):
+        compileall.compile_dir(REPO / package, quiet=1)
+
+
+def seed_inbox(dv: Dovecot, n: int) -> tuple[int, int]:
+    """Empty ``USER``'s mailbox, then put ``n`` generated messages (seed 7) into its
+    INBOX; returns (messages, bytes). Dovecot indexes the folder before this
+    returns, so that no timed sync pays for it."""
+    dv.reset_user(USER)
+    msgs = [raw for _, raw in generate_messages(n, seed=7)]
+    dv.bulk_maildir(USER, "INBOX", msgs)
+    dv.status(USER, "INBOX")
+    return len(msgs), sum(len(m) for m in msgs)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--messages", type=int, default=10_000)
@@ -183,28 +217,17 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("mbsync") is None:
         sys.exit("bench: mbsync is not installed (apt-get install -y isync)")
 
-    # A pip install writes the package's bytecode. This source tree may have none,
-    # and this environment may forbid writing it (PYTHONDONTWRITEBYTECODE is set
-    # here): then every timed run compiled 19 modules from source, 0.06 s of a
-    # half-second idle sync. Compiled once, as an install would.
-    for package in ("pipeline", "stores", "projections"):
-        compileall.compile_dir(REPO / package, quiet=1)
+    compile_sources()
 
     dv = Dovecot(rawlog=False)
     dv.start()
     work = Path(tempfile.mkdtemp(prefix="mailledger-syncbench-"))
     results: dict[str, dict[str, Any]] = {}
     try:
-        dv.reset_user(USER)
         t0 = time.perf_counter()
-        msgs = [raw for _, raw in generate_messages(ns.messages, seed=7)]
-        mailbox = sum(len(m) for m in msgs)
-        dv.bulk_maildir(USER, "INBOX", msgs)
-        dv.status(USER, "INBOX")  # let Dovecot index the folder before anyone is timed
-        print(
-            f"seeded {len(msgs)} messages, {mailbox / 1e6:.1f} MB, "
-            f"in {time.perf_counter() - t0:.1f}s"
-        )
+        seeded, mailbox = seed_inbox(dv, ns.messages)
+        took = time.perf_counter() - t0
+        print(f"seeded {seeded} messages, {mailbox / 1e6:.1f} MB, in {took:.1f}s")
         peers = [
             Mailledger(dv, work / "ml", ["INBOX", "Moved"]),
             MailledgerOneProcess(dv, work / "ml0", ["INBOX", "Moved"]),
