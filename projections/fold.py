@@ -37,7 +37,6 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from projections.lookup import INDEX_KEYS_MAX, rows_where_in, sql_literals
 from projections.normalize import normalize_subject
@@ -60,9 +59,19 @@ __all__ = [
     "location_key",
     "projection_version",
     "rebuild",
+    "thread_counts",
 ]
 
 KEY_SEP = "\x1f"
+
+
+def _pc() -> Any:
+    """pyarrow.compute, imported when a fold first needs it (0.1 s a command that
+    only reads)."""
+    import pyarrow.compute
+
+    return pyarrow.compute
+
 
 log = logging.getLogger("mailledger.projections")
 
@@ -153,6 +162,8 @@ def rebuild(
         con.execute(f'DROP {"VIEW" if kind == "VIEW" else "TABLE"} IF EXISTS "{name}"')
     create_tables(con)
     _set_meta(con, "applied_seq", 0)
+    _set_meta(con, "threads", 0)
+    _set_meta(con, "ghosts", 0)
     # The builders are the parallelism: DuckDB's own worker threads on top of
     # them were measured to cost more than they gave (2 cores: 10-20% slower).
     # Every rule names its order (seq, arg_min, min): rows need not keep the
@@ -179,6 +190,7 @@ def rebuild(
         con.execute(f"SET threads = {int(threads)}")
         con.execute(f"SET preserve_insertion_order = {bool(ordered)}")
     _set_meta(con, "applied_seq", last)
+    _count_threads(con)
     con.execute("CHECKPOINT")  # (the tables written out: the indexes get the memory)
     missing = create_indexes(con)
     if missing:
@@ -508,7 +520,7 @@ def _new_events(chunks: Iterable[pa.Table], applied: int) -> Iterator[pa.Table]:
         if first > last + 1:
             raise LogIntegrityError(f"projections at seq {last} cannot apply a batch from {first}")
         if first <= last:
-            chunk = chunk.filter(pc.greater(seqs, last))
+            chunk = chunk.filter(_pc().greater(seqs, last))
         last = chunk.column("seq")[-1].as_py()
         yield chunk
 
@@ -537,10 +549,10 @@ def _stage(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table], applied: 
 def subject_keys(subjects: pa.ChunkedArray | pa.Array) -> Any:
     """``normalize_subject`` of each value, computed once per distinct subject
     (replies share their thread's subject)."""
-    subjects = pc.cast(subjects, pa.string())
-    uniq = pc.unique(subjects)
+    subjects = _pc().cast(subjects, pa.string())
+    uniq = _pc().unique(subjects)
     keys = pa.array([normalize_subject(v) for v in uniq.to_pylist()], pa.string())
-    return pc.take(keys, pc.index_in(subjects, value_set=uniq, skip_nulls=False))
+    return _pc().take(keys, _pc().index_in(subjects, value_set=uniq, skip_nulls=False))
 
 
 def date_columns(dates: pa.ChunkedArray | pa.Array) -> tuple[Any, Any]:
@@ -550,18 +562,18 @@ def date_columns(dates: pa.ChunkedArray | pa.Array) -> tuple[Any, Any]:
     ``YYYY-MM-DD``), so index keys and query keys meet; a test holds the two
     together.
     """
-    dates = pc.cast(dates, pa.timestamp("us", tz="UTC"))
+    dates = _pc().cast(dates, pa.timestamp("us", tz="UTC"))
 
     def pad(values: Any, width: int) -> Any:
-        return pc.utf8_lpad(pc.cast(values, pa.string()), width, "0")
+        return _pc().utf8_lpad(_pc().cast(values, pa.string()), width, "0")
 
-    day = pc.binary_join_element_wise(
-        pad(pc.year(dates), 4), pad(pc.month(dates), 2), pad(pc.day(dates), 2), "-"
+    day = _pc().binary_join_element_wise(
+        pad(_pc().year(dates), 4), pad(_pc().month(dates), 2), pad(_pc().day(dates), 2), "-"
     )
-    clock = pc.binary_join_element_wise(
-        pad(pc.hour(dates), 2), pad(pc.minute(dates), 2), pad(pc.second(dates), 2), ":"
+    clock = _pc().binary_join_element_wise(
+        pad(_pc().hour(dates), 2), pad(_pc().minute(dates), 2), pad(_pc().second(dates), 2), ":"
     )
-    iso = pc.binary_join_element_wise(day, pa.scalar("T"), clock, pa.scalar("Z"), "")
+    iso = _pc().binary_join_element_wise(day, pa.scalar("T"), clock, pa.scalar("Z"), "")
     return day, iso
 
 
@@ -720,7 +732,9 @@ def _fold_messages(con: duckdb.DuckDBPyConnection) -> None:
             ' UNION SELECT unnest("references") FROM _new',
         )
     )
-    _refresh_threads(con, affected)
+    _refresh_threads(
+        con, affected, new=_ids(con, "SELECT message_id FROM _new"), removed=set(removed)
+    )
     for name in ("_decide", "_removed", "_win", "_new", "_existing"):
         con.execute(f"DROP TABLE {name}")
 
@@ -770,14 +784,18 @@ GROUP BY child, parent
 _EDGES = _EDGES_OF.format(src="_new")
 
 
-def _refresh_threads(con: duckdb.DuckDBPyConnection, affected: set[str]) -> None:
+def _refresh_threads(
+    con: duckdb.DuckDBPyConnection, affected: set[str], *, new: set[str], removed: set[str]
+) -> None:
     """Recompute the connected components that ``affected`` nodes belong to.
 
     A component's thread_id is its smallest node id, so the labels depend only
     on the graph, never on the order in which it was built. The work follows the
     threads touched: their nodes are found through the indexes on thread_nodes,
     and their edges come from their stored messages' rows (every edge of a
-    component has its child among the component's stored messages).
+    component has its child among the component's stored messages). The counts
+    of threads and ghosts in ``meta`` change by what changed in those threads
+    (``new``: the ids this fold stored; ``removed``: those it deleted).
     """
     if not affected:
         return
@@ -789,6 +807,14 @@ def _refresh_threads(con: duckdb.DuckDBPyConnection, affected: set[str]) -> None
         rows_where_in(con, "thread_nodes", "thread_id", threads, "message_id"), "message_id"
     )
     cand = sorted(affected | set(members))
+    # before: the touched threads, and their nodes that were not stored messages
+    stored_now = set(
+        _column(rows_where_in(con, "messages", "message_id", members, "message_id"), "message_id")
+    )
+    before_ghosts = sum(
+        1 for m in members if not ((m in stored_now and m not in new) or m in removed)
+    )
+    before_threads = len(set(threads))
     con.register("_cand", pa.table({"v": pa.array(cand, pa.string())}))
     try:
         _delete_where_in(con, "thread_nodes", "message_id", cand, "SELECT v FROM _cand")
@@ -808,6 +834,29 @@ def _refresh_threads(con: duckdb.DuckDBPyConnection, affected: set[str]) -> None
     con.register("_nodes", pa.table({"message_id": nodes, "thread_id": labels}))
     con.execute("INSERT INTO thread_nodes SELECT message_id, thread_id FROM _nodes")
     con.unregister("_nodes")
+    threads_now = len(_pc().unique(labels)) if len(labels) else 0
+    _add_meta(con, "threads", threads_now - before_threads)
+    _add_meta(con, "ghosts", (len(nodes) - stored.num_rows) - before_ghosts)
+
+
+def _add_meta(con: duckdb.DuckDBPyConnection, key: str, delta: int) -> None:
+    if delta:
+        _set_meta(con, key, (_meta(con, key) or 0) + delta)
+
+
+def _count_threads(con: duckdb.DuckDBPyConnection) -> None:
+    """``meta`` threads and ghosts of the whole graph (what folds then keep up)."""
+    threads, ghosts = con.execute(
+        "SELECT count(DISTINCT thread_id), count(*) FILTER (WHERE m.message_id IS NULL)"
+        " FROM thread_nodes n LEFT JOIN messages m USING (message_id)"
+    ).fetchall()[0]
+    _set_meta(con, "threads", int(threads))
+    _set_meta(con, "ghosts", int(ghosts))
+
+
+def thread_counts(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
+    """(threads, ghost nodes) of these tables, as the folds keep them."""
+    return _meta(con, "threads") or 0, _meta(con, "ghosts") or 0
 
 
 def _components(stored: Any, children: Any, parents: Any) -> tuple[pa.Array, pa.Array]:
@@ -827,15 +876,15 @@ def _components(stored: Any, children: Any, parents: Any) -> tuple[pa.Array, pa.
     ]
     size = sum(p.nbytes for p in parts)
     kind = pa.large_string() if size >= 2**31 - 1 else pa.string()
-    parts = [p if p.type == kind else pc.cast(p, kind) for p in parts]
-    encoded = pc.dictionary_encode(pa.concat_arrays(parts))
-    order = pc.sort_indices(encoded.dictionary)
+    parts = [p if p.type == kind else _pc().cast(p, kind) for p in parts]
+    encoded = _pc().dictionary_encode(pa.concat_arrays(parts))
+    order = _pc().sort_indices(encoded.dictionary)
     nodes = encoded.dictionary.take(order)
     n_stored, n_edges = len(parts[0]), len(parts[1])
     if n_edges == 0:
         return nodes, nodes
     # rank[code] = the code's position in sorted order (the inverse permutation)
-    codes = pc.sort_indices(order).take(encoded.indices)
+    codes = _pc().sort_indices(order).take(encoded.indices)
     parent = list(range(len(nodes)))
 
     def find(x: int) -> int:

@@ -16,7 +16,7 @@ __all__ = [
 
 # Bump when a table's shape or a fold's rule changes; a store whose projections
 # carry another version is rebuilt by replay (projections are disposable).
-PROJECTION_VERSION = 6
+PROJECTION_VERSION = 7
 
 _RAW = "USING COMPRESSION uncompressed"
 

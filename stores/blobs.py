@@ -38,7 +38,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import zstandard
@@ -59,6 +59,7 @@ _TRAILER = struct.Struct(">4sIIQ")  # b"MLPX", entries, crc32 of the index, inde
 _TRAILER_MAGIC = b"MLPX"
 _PACKS = "packs"
 _PACK_INDEX = ".packs.sqlite"
+_INDEX_VERSION = 2
 
 Location = tuple[str, int, int]  # pack file name, offset, length
 
@@ -180,7 +181,7 @@ class BlobStore:
             except FileNotFoundError:  # removed since the listing (a purge rewrote it)
                 names.discard(name)
                 continue
-            self._where.add(name, entries)
+            self._where.add(name, entries, _size(self._packs / name))
         self._pack_names = names
         return True
 
@@ -270,7 +271,11 @@ class BlobStore:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise OSError(exc.errno, f"cannot write blobs: {exc.strerror}", final) from exc
-        self._where.add(name, [(sha.hex(), off, n) for sha, off, n in map(_ENTRY.unpack, entries)])
+        self._where.add(
+            name,
+            [(sha.hex(), off, n) for sha, off, n in map(_ENTRY.unpack, entries)],
+            at + len(index) + _TRAILER.size,
+        )
         self._pack_names.add(name)
         self._dirty = True
         return name
@@ -363,7 +368,7 @@ class BlobStore:
                     if len(blob) < length:  # cut short since it was indexed: scan it
                         blob = None
                         self._forget(name)
-                        self._where.add(name, self._read_index(name))
+                        self._where.add(name, self._read_index(name), _size(where))
                         continue
                     break
                 except FileNotFoundError:  # rewritten by a purge since: look again
@@ -460,18 +465,17 @@ class BlobStore:
             for f in sub.iterdir()
             if len(f.name) == 64
         )
-        return self._where.count() + loose
+        return self._where.totals()[0] + loose
 
     def stored_bytes(self) -> int:
         """Bytes the blobs take on disk (compressed, headers and pack indexes included)."""
-        total = 0
         if not self.root.exists():
             return 0
+        self.refresh()
+        total = self._where.totals()[1]  # the packs (their sizes listed: no stat of each)
         for sub in self.root.iterdir():
             if sub.is_dir() and len(sub.name) == 2:
                 total += sum(f.stat().st_size for f in sub.iterdir() if f.is_file())
-            elif sub.name == _PACKS:  # (the packs, not the derived index beside them)
-                total += sum(f.stat().st_size for f in sub.iterdir() if f.suffix == ".pack")
         return total
 
     def clean_tmp(self) -> None:
@@ -518,10 +522,15 @@ class _PackIndex:
             try:
                 con.execute("PRAGMA journal_mode = WAL")
                 con.execute("PRAGMA synchronous = NORMAL")
-                # a pack by number in the blobs' rows: its name once (half the file)
+                if con.execute("PRAGMA user_version").fetchone()[0] != _INDEX_VERSION:
+                    con.execute("DROP TABLE IF EXISTS blobs")  # another shape: built again
+                    con.execute("DROP TABLE IF EXISTS packs")
+                    con.execute(f"PRAGMA user_version = {_INDEX_VERSION}")
+                # a pack by number in the blobs' rows: its name once (half the file);
+                # its blobs and bytes counted, so that stats reads no pack
                 con.execute(
                     "CREATE TABLE IF NOT EXISTS packs (id INTEGER PRIMARY KEY,"
-                    " name TEXT NOT NULL UNIQUE)"
+                    " name TEXT NOT NULL UNIQUE, blobs INTEGER NOT NULL, bytes INTEGER NOT NULL)"
                 )
                 con.execute(
                     "CREATE TABLE IF NOT EXISTS blobs (sha BLOB NOT NULL, pack INTEGER NOT NULL,"
@@ -569,19 +578,29 @@ class _PackIndex:
         with self._lock:
             return [r[0].hex() for r in self._open().execute("SELECT DISTINCT sha FROM blobs")]
 
-    def count(self) -> int:
-        """Distinct blobs the packs hold."""
+    def totals(self) -> tuple[int, int]:
+        """(blobs, bytes) of the packs listed (a blob two packs hold counts twice:
+        only writers racing on the same content make that)."""
         if not self._exists():
-            return 0
+            return 0, 0
         with self._lock:
-            return int(self._open().execute("SELECT count(DISTINCT sha) FROM blobs").fetchone()[0])
+            blobs, size = (
+                self._open()
+                .execute("SELECT coalesce(sum(blobs), 0), coalesce(sum(bytes), 0) FROM packs")
+                .fetchone()
+            )
+        return int(blobs), int(size)
 
-    def add(self, name: str, entries: Iterable[tuple[str, int, int]]) -> None:
+    def add(self, name: str, entries: Sequence[tuple[str, int, int]], size: int) -> None:
+        """List pack ``name`` (``size`` bytes) and its ``entries``."""
         with self._lock:
             con = self._open()
             con.execute("BEGIN IMMEDIATE")
             try:
-                con.execute("INSERT OR IGNORE INTO packs (name) VALUES (?)", [name])
+                con.execute(
+                    "INSERT OR IGNORE INTO packs (name, blobs, bytes) VALUES (?, ?, ?)",
+                    [name, len(entries), size],
+                )
                 (pack,) = con.execute("SELECT id FROM packs WHERE name = ?", [name]).fetchone()
                 con.executemany(
                     "INSERT OR IGNORE INTO blobs VALUES (?, ?, ?, ?)",
@@ -609,6 +628,13 @@ class _PackIndex:
                 with contextlib.suppress(sqlite3.Error):
                     con.execute("ROLLBACK")
                 raise
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:
+        return 0
 
 
 def _writer_alive(tmp_name: str) -> bool:

@@ -46,8 +46,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from stores.errors import LockTimeout, LogIntegrityError
 from stores.events import (
@@ -60,6 +58,21 @@ from stores.events import (
 )
 
 __all__ = ["EventLog", "LogFile", "legacy_table_digest", "read_columns", "table_digest"]
+
+
+def _pc() -> Any:
+    """pyarrow.compute, imported when first needed: it costs every command 0.1 s
+    to import, and most commands (find, show, stats) never use it."""
+    import pyarrow.compute
+
+    return pyarrow.compute
+
+
+def _pq() -> Any:
+    import pyarrow.parquet
+
+    return pyarrow.parquet
+
 
 _NAME = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
 _DIGEST_KEY = b"mailledger.digest"
@@ -91,7 +104,7 @@ def read_columns(path: Path, schema: pa.Schema) -> pa.Table:
     FileNotFoundError (a compaction may just have replaced it).
     """
     try:
-        pf = pq.ParquetFile(path)
+        pf = _pq().ParquetFile(path)
         have = set(pf.schema_arrow.names)
         table = pf.read(columns=[n for n in schema.names if n in have])
         for i, field in enumerate(schema):
@@ -188,7 +201,7 @@ def _null_mask(arr: pa.Array) -> bytes | pa.Buffer:
         return bytes(n)
     if nulls == n:
         return b"\x01" * n
-    mask = pc.is_null(arr).cast(pa.uint8())
+    mask = _pc().is_null(arr).cast(pa.uint8())
     return mask.buffers()[1].slice(mask.offset, n)
 
 
@@ -204,11 +217,11 @@ def _feed_array(h: hashlib._Hash, arr: pa.Array) -> None:
             _feed(h, b"\xff" * (8 * n))
             _feed(h, b"")
             return
-        _feed(h, _lengths(pc.binary_length(arr)))
+        _feed(h, _lengths(_pc().binary_length(arr)))
         values = arr.drop_null() if arr.null_count else arr  # a NULL's slot may hold bytes
         _feed(h, _value_bytes(values))
     elif pa.types.is_list(t) or pa.types.is_large_list(t):
-        _feed(h, _lengths(pc.list_value_length(arr)))
+        _feed(h, _lengths(_pc().list_value_length(arr)))
         _feed_array(h, arr.flatten())  # the values of non-NULL lists, slice applied
     elif pa.types.is_struct(t):
         _feed(h, _null_mask(arr))
@@ -384,7 +397,9 @@ class EventLog:
         tmp = self.root / f".tmp-{first}-{last}-{os.getpid()}"
         try:
             with open(tmp, "wb", opener=lambda p, fl: os.open(p, fl, 0o600)) as fh:
-                pq.write_table(table, fh, compression="zstd", row_group_size=max(1, table.num_rows))
+                _pq().write_table(
+                    table, fh, compression="zstd", row_group_size=max(1, table.num_rows)
+                )
                 fh.flush()
                 if self.durable:
                     os.fsync(fh.fileno())
@@ -433,7 +448,7 @@ class EventLog:
     def check_file(self, f: LogFile) -> str | None:
         """What is wrong with file ``f`` (None when whole and untampered)."""
         try:
-            pf = pq.ParquetFile(f.path)
+            pf = _pq().ParquetFile(f.path)
             meta = pf.schema_arrow.metadata or {}
             table = pf.read()
             table.validate(full=True)  # damaged pages may decode into invalid UTF-8
@@ -531,7 +546,9 @@ class EventLog:
         parts = [schema.empty_table()]
         for path, group in groups.items():
             try:
-                t = pq.read_table(path, columns=cols, schema=schema, filters=[("seq", "in", group)])
+                t = _pq().read_table(
+                    path, columns=cols, schema=schema, filters=[("seq", "in", group)]
+                )
             except FileNotFoundError:
                 raise  # merged by a compaction since the listing: read_at lists again
             except (OSError, ValueError, pa.ArrowException) as exc:
@@ -553,7 +570,7 @@ class EventLog:
         parts = [read_columns(f.path, schema) for f in files]
         table = pa.concat_tables(parts).replace_schema_metadata(None)
         if files[0].first <= after:
-            table = table.filter(pc.greater(table.column("seq"), after))
+            table = table.filter(_pc().greater(table.column("seq"), after))
         if drop_seq:
             table = table.drop_columns(["seq"])
         return table
@@ -629,7 +646,7 @@ class EventLog:
         problem = self.check_file(f)  # rows against their digest and the file's name
         if problem is not None:
             raise LogIntegrityError(f"{problem}; not {doing} (run verify)")
-        return pq.read_table(f.path, schema=SCHEMA)
+        return _pq().read_table(f.path, schema=SCHEMA)
 
     def _remove_covered(self) -> None:
         """Remove files wholly covered by a wider one (a compaction that crashed midway)."""
