@@ -76,8 +76,10 @@ def prepare(
     be read is returned with its ``error``; a blob that cannot be written (a full
     disk) raises the OSError naming it.
     """
+    # (no listing of the packs: whether a blob is stored is asked of the shared
+    # index, whose cost does not grow with the number of packs; a listing per
+    # chunk made an import's cost per message grow with the store)
     blobs = _blobs_at(blobs_root)
-    blobs.refresh()
     out: list[Prepared] = []
     new: list[tuple[int, str, bytes]] = []  # (position in out, sha256, encoded blob)
     for i, item in enumerate(items):

@@ -172,9 +172,15 @@ class BlobStore:
         self._packs_seen = seen
         if names == self._pack_names:
             return False
-        indexed = self._where.names()
-        for gone in indexed - names:
-            self._forget(gone)
+        if self._pack_names:
+            # only the packs new since the last look are asked about (the index is
+            # shared: most were listed by the process that wrote them)
+            unseen = names - self._pack_names
+            indexed = (names & self._pack_names) | {n for n in unseen if self._where.has(n)}
+        else:
+            indexed = self._where.names()
+            for gone in indexed - names:
+                self._forget(gone)
         for name in sorted(names - indexed):
             try:
                 entries = self._read_index(name)
@@ -231,8 +237,9 @@ class BlobStore:
 
     def put_many(self, blobs: Iterable[tuple[str, bytes]]) -> set[str]:
         """Store encoded blobs (sha256, ``encode_blob`` output) in one new pack;
-        returns the shas written (those not already stored, each once)."""
-        self.refresh()
+        returns the shas written (those not already stored, each once). Blobs in
+        packs the index does not list yet (a writer killed before it listed its
+        pack) are written again: a duplicate, never a loss."""
         records: list[tuple[str, bytes]] = []
         fresh: set[str] = set()
         for sha, encoded in blobs:
@@ -565,6 +572,14 @@ class _PackIndex:
                 .fetchall()
             )
         return [(name, off, length) for name, off, length in rows]
+
+    def has(self, name: str) -> bool:
+        """Whether pack ``name`` is listed."""
+        if not self._exists():
+            return False
+        with self._lock:
+            row = self._open().execute("SELECT 1 FROM packs WHERE name = ?", [name]).fetchone()
+        return row is not None
 
     def names(self) -> set[str]:
         if not self._exists():
