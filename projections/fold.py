@@ -1043,6 +1043,3 @@ def _fold_cursors(con: duckdb.DuckDBPyConnection) -> None:
             [account, folder, s["uidvalidity"], s["last_uid"], s["uidnext"], s["mode"],
              s["seq"], s["updated_at"]],
         )  # fmt: skip
-
-
-assert "header_index" in TABLES

@@ -230,3 +230,29 @@ def test_builders_out_of_memory_are_retried_one_at_a_time(
     assert rebuild(have, [log.read()], builders=3) == 3000
     assert calls == [3, 1]
     assert fingerprint(have) == fingerprint(want)
+
+
+def test_a_fold_deleting_more_than_the_probes_cover_equals_a_replay(tmp_path: Path) -> None:
+    """1,200 deletes in one batch: the rows, entries and nodes they remove are
+    found by joins rather than index probes; the tables still equal a replay."""
+    from stores.events import MessageDeleted
+
+    store = MessageStore.open(tmp_path / "store")
+    store.log.durable = False
+    events = _events(1500)
+    store.commit(events)
+    store.commit(
+        [
+            MessageDeleted(
+                run_id="scale-test",
+                recorded_at=T0,
+                message_id=e.message_id,
+                actor="test",
+                reason="bulk",
+            )
+            for e in events[100:1300]
+        ]
+    )
+    assert store.verify(blobs=False) == []
+    assert len(store.message_ids()) == 300
+    store.close()
