@@ -59,7 +59,7 @@ _TRAILER = struct.Struct(">4sIIQ")  # b"MLPX", entries, crc32 of the index, inde
 _TRAILER_MAGIC = b"MLPX"
 _PACKS = "packs"
 _PACK_INDEX = ".packs.sqlite"
-_INDEX_VERSION = 2
+_INDEX_VERSION = 3
 
 Location = tuple[str, int, int]  # pack file name, offset, length
 
@@ -187,7 +187,7 @@ class BlobStore:
             except FileNotFoundError:  # removed since the listing (a purge rewrote it)
                 names.discard(name)
                 continue
-            self._where.add(name, entries, _size(self._packs / name))
+            self._where.add(name, entries, _size(self._packs / name), self.damaged.get(name))
         self._pack_names = names
         return True
 
@@ -375,7 +375,8 @@ class BlobStore:
                     if len(blob) < length:  # cut short since it was indexed: scan it
                         blob = None
                         self._forget(name)
-                        self._where.add(name, self._read_index(name), _size(where))
+                        entries = self._read_index(name)
+                        self._where.add(name, entries, _size(where), self.damaged.get(name))
                         continue
                     break
                 except FileNotFoundError:  # rewritten by a purge since: look again
@@ -384,7 +385,8 @@ class BlobStore:
                     if attempt:
                         raise NotFoundError(f"blob {sha}: {where} is gone") from None
         if blob is None:
-            damaged = "; ".join(sorted(self.damaged.values()))
+            # (a pack another process found damaged is named too: the index keeps it)
+            damaged = "; ".join(sorted({**self._where.damaged(), **self.damaged}.values()))
             more = f" (damaged packs: {damaged})" if damaged else ""
             raise NotFoundError(f"blob {sha} is not in {self.root}{more}")
         data = self._decode(sha, blob, where)
@@ -537,7 +539,8 @@ class _PackIndex:
                 # its blobs and bytes counted, so that stats reads no pack
                 con.execute(
                     "CREATE TABLE IF NOT EXISTS packs (id INTEGER PRIMARY KEY,"
-                    " name TEXT NOT NULL UNIQUE, blobs INTEGER NOT NULL, bytes INTEGER NOT NULL)"
+                    " name TEXT NOT NULL UNIQUE, blobs INTEGER NOT NULL, bytes INTEGER NOT NULL,"
+                    " damage TEXT)"
                 )
                 con.execute(
                     "CREATE TABLE IF NOT EXISTS blobs (sha BLOB NOT NULL, pack INTEGER NOT NULL,"
@@ -573,6 +576,18 @@ class _PackIndex:
             )
         return [(name, off, length) for name, off, length in rows]
 
+    def damaged(self) -> dict[str, str]:
+        """Pack name -> what is wrong with it, for the packs indexed by a scan."""
+        if not self._exists():
+            return {}
+        with self._lock:
+            rows = (
+                self._open()
+                .execute("SELECT name, damage FROM packs WHERE damage IS NOT NULL")
+                .fetchall()
+            )
+        return dict(rows)
+
     def has(self, name: str) -> bool:
         """Whether pack ``name`` is listed."""
         if not self._exists():
@@ -606,15 +621,22 @@ class _PackIndex:
             )
         return int(blobs), int(size)
 
-    def add(self, name: str, entries: Sequence[tuple[str, int, int]], size: int) -> None:
-        """List pack ``name`` (``size`` bytes) and its ``entries``."""
+    def add(
+        self,
+        name: str,
+        entries: Sequence[tuple[str, int, int]],
+        size: int,
+        damage: str | None = None,
+    ) -> None:
+        """List pack ``name`` (``size`` bytes) and its ``entries``; ``damage``: what
+        is wrong with it (its entries then come from a scan of its records)."""
         with self._lock:
             con = self._open()
             con.execute("BEGIN IMMEDIATE")
             try:
                 con.execute(
-                    "INSERT OR IGNORE INTO packs (name, blobs, bytes) VALUES (?, ?, ?)",
-                    [name, len(entries), size],
+                    "INSERT OR IGNORE INTO packs (name, blobs, bytes, damage) VALUES (?, ?, ?, ?)",
+                    [name, len(entries), size, damage],
                 )
                 (pack,) = con.execute("SELECT id FROM packs WHERE name = ?", [name]).fetchone()
                 con.executemany(

@@ -335,3 +335,21 @@ def test_blobs_compressed_by_pyarrow_before_zstandard_still_read(blobs: BlobStor
     assert blobs.put_encoded(sha, old)
     assert blobs.get(sha) == text
     assert encode_blob(text) == old
+
+
+def test_a_pack_another_reader_found_cut_short_is_named_by_every_reader(
+    blobs: BlobStore,
+) -> None:
+    """The index is shared: once one reader has rescanned a damaged pack, a reader
+    that never read the pack itself still names it when a blob is missing."""
+    texts = [TEXT + str(i).encode() for i in range(5)]
+    blobs.put_many(_encoded(*texts))
+    path, off, _ = blobs.location(sha256_hex(texts[3]))  # type: ignore[misc]
+    os.truncate(path, off + 10)
+    first = BlobStore(blobs.root)
+    with pytest.raises(NotFoundError, match=path.name):
+        first.get(sha256_hex(texts[4]))
+    second = BlobStore(blobs.root)
+    with pytest.raises(NotFoundError, match=path.name):
+        second.get(sha256_hex(texts[4]))
+    assert second.get(sha256_hex(texts[0])) == texts[0]
