@@ -207,6 +207,7 @@ class MessageStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+        self.blobs.close()  # (the blob index's file too: done with the store)
 
     # -- projection database ----------------------------------------------------
     def _writer(self) -> duckdb.DuckDBPyConnection:

@@ -487,6 +487,10 @@ class BlobStore:
                 total += sum(f.stat().st_size for f in sub.iterdir() if f.is_file())
         return total
 
+    def close(self) -> None:
+        """Close the blob index's file (it opens again when next needed)."""
+        self._where.close()
+
     def clean_tmp(self) -> None:
         """Remove temporary files a crashed writer left behind.
 
@@ -515,6 +519,12 @@ class _PackIndex:
         self._con: sqlite3.Connection | None = None
         self._pid = 0
         self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._con is not None and self._pid == os.getpid():
+                self._con.close()
+            self._con = None
 
     def _exists(self) -> bool:
         """Whether there is an index to read (none before the first pack)."""

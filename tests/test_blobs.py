@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -353,3 +354,19 @@ def test_a_pack_another_reader_found_cut_short_is_named_by_every_reader(
     with pytest.raises(NotFoundError, match=path.name):
         second.get(sha256_hex(texts[4]))
     assert second.get(sha256_hex(texts[0])) == texts[0]
+
+
+def test_a_store_left_with_with_keeps_no_file_open(tmp_path: Path) -> None:
+    """A process done with a store holds none of its files (a file system it lives
+    on can be unmounted): the blob index's SQLite file is closed too."""
+    from pipeline.store import MessageStore
+
+    with MessageStore.open(tmp_path / "s") as store:
+        store.add(None, b"Message-ID: <a@x>\r\n\r\nhi\r\n" * 3)
+        store.blobs.put_many(_encoded(TEXT + b"p"))
+        assert store.raw("a@x")
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):  # (the listing's own descriptor)
+            held.append(os.readlink(f"/proc/self/fd/{fd}"))
+    assert not [p for p in held if p.startswith(str(tmp_path))]
