@@ -17,7 +17,8 @@ Two paths, one set of rules:
 A batch is applied in one transaction together with the last seq it contains;
 events at or below that seq are skipped, so applying a batch twice changes
 nothing. No clock, network or file other than the DuckDB connection given (and
-the rebuild's scratch file) is touched here.
+the scratch database a rebuild attaches; its caller makes room for it and
+removes it) is touched here.
 
 The fold runs as SQL over the events registered in DuckDB (the wide columns,
 such as the addresses and references, never pass through Python); Python computes
@@ -147,8 +148,9 @@ def rebuild(
     file, a file a compaction just replaced), ``chunks`` are read instead, and
     their reader says precisely what is wrong.
 
-    The events are staged in ``scratch``, a DuckDB file made for the rebuild and
-    removed after it (None: in memory, for small logs and tests): the staged
+    The events are staged in ``scratch``, a DuckDB file that must not exist yet
+    and that the caller removes afterwards (None: in memory, for small logs and
+    tests; a fold touches no file itself): the staged
     events and every intermediate table live in DuckDB's buffer pool, which
     spills to disk under the connection's ``memory_limit``. Nothing here holds
     the log in Python. ``builders``: how many tables are built at once (default
@@ -173,8 +175,6 @@ def rebuild(
     ).fetchall()[0]
     con.execute("SET preserve_insertion_order = false")
     where = ":memory:" if scratch is None else str(scratch)
-    if scratch is not None:
-        _remove_db_files(scratch)
     con.execute(f"ATTACH '{where}' AS {_STAGE}")
     try:
         last = _stage_files(con, files) if files else None
@@ -185,8 +185,6 @@ def rebuild(
             _build_or_retry(con, builders or _BUILDERS)
     finally:
         con.execute(f"DETACH {_STAGE}")
-        if scratch is not None:
-            _remove_db_files(scratch)
         con.execute(f"SET threads = {int(threads)}")
         con.execute(f"SET preserve_insertion_order = {bool(ordered)}")
     _set_meta(con, "applied_seq", last)
@@ -206,11 +204,6 @@ def rebuild(
     # last: a rebuild killed before this point is redone at the next open
     _set_meta(con, "projection_version", PROJECTION_VERSION)
     return last
-
-
-def _remove_db_files(path: Path) -> None:
-    for p in (path, Path(f"{path}.wal")):
-        p.unlink(missing_ok=True)
 
 
 def _stage_table(con: duckdb.DuckDBPyConnection, name: str = "_batch") -> None:
