@@ -256,3 +256,43 @@ def test_a_fold_deleting_more_than_the_probes_cover_equals_a_replay(tmp_path: Pa
     assert store.verify(blobs=False) == []
     assert len(store.message_ids()) == 300
     store.close()
+
+
+def test_a_fold_out_of_the_sync_sized_memory_is_retried_with_more_and_the_pool_shrinks_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync's folds run within CONFIG's small buffer pool (what a batch needs, not
+    what a large store's tables would fill). One that runs out of it (DuckDB's own
+    error, raised here on the first try: folds spill, so a real one needs an index
+    larger than a test's) is rolled back and folded again with ``ROOMY_LIMIT``;
+    the limit is CONFIG's again afterwards, and the tables equal a replay."""
+    import pipeline.store as store_module
+    import stores.db as db
+
+    real, limits = store_module.apply_chunks, []
+
+    def failing_once(con: duckdb.DuckDBPyConnection, chunks: object) -> int:
+        limits.append(con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])
+        if len(limits) == 1:
+            raise duckdb.OutOfMemoryException("could not allocate block of size 256.0 KiB")
+        return real(con, chunks)  # type: ignore[arg-type]
+
+    def mib(setting: str) -> float:  # DuckDB shows a limit as e.g. '152.5 MiB'
+        number, unit = setting.split()
+        return float(number) * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[unit]
+
+    events = _events(2000)
+    store = MessageStore.open(tmp_path / "store")
+    store.log.durable = False
+    store.commit(events[:10])
+    monkeypatch.setattr(store_module, "apply_chunks", failing_once)
+    store.commit(events[10:])
+    con = store._writer()
+    after = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    assert len(limits) == 2
+    assert mib(limits[0]) < 200 < 400 < mib(limits[1])  # CONFIG's 160MB, then ROOMY's 512MB
+    assert (db.CONFIG["memory_limit"], db.ROOMY_LIMIT) == ("160MB", "512MB")
+    assert after == limits[0]
+    assert len(store.message_ids()) == 2000
+    assert store.verify(blobs=False) == []
+    store.close()
