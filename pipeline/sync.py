@@ -268,7 +268,7 @@ class _FolderSync:
             if plan.alarm:
                 alarms.append(f"{self.account.name} {folder}: {plan.alarm}")
                 fr.alarm = plan.alarm
-                log.warning("ALARM %s %s: %s", self.account.name, folder, plan.alarm)
+                # printed here, once: not logged as well, nor repeated in the summary
                 emit(f"ALARM {self.account.name} {folder}: {plan.alarm}")
             if plan.error:
                 fr.error = plan.error
