@@ -351,13 +351,12 @@ def cmd_sync(args: argparse.Namespace) -> int:
                     report = sync_accounts(store, config, env, opts, emit=emit, only=only)
         code = report.exit_code
         result = report.as_dict()
+        # each ALARM was printed once, where it was raised: the summary counts them
         emit(
             f"{'sync' if opts.apply else 'dry-run' if not opts.measure else 'measure'}"
             f" run={report.run_id} accounts={len(report.accounts)} errors={report.errors}"
             f" alarms={len(report.alarms)} balanced={report.balanced} exit={code}"
         )
-        for alarm in report.alarms:
-            emit(f"ALARM {alarm}")
         if metrics_file and opts.apply:
             from pipeline.clock import SystemClock
 

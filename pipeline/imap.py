@@ -9,12 +9,13 @@ wire raises ``TransientSourceError`` (retry next run) or
 from __future__ import annotations
 
 import contextlib
+import functools
 import imaplib
 import logging
 import re
 import socket
 import ssl
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -35,6 +36,8 @@ __all__ = [
     "FolderInfo",
     "FolderState",
     "ImapSource",
+    "fetch_item_key",
+    "fetch_items",
     "missing_folders",
     "select_folders",
 ]
@@ -42,8 +45,59 @@ __all__ = [
 # SPECIAL-USE folders a sync leaves alone unless the config names them.
 DEFAULT_EXCLUDED = frozenset({"\\Junk", "\\Trash", "\\Drafts"})
 
-_MSGID_FIELD = b"BODY[HEADER.FIELDS (MESSAGE-ID)]"
 _NET_ERRORS = (OSError, socket.timeout, ssl.SSLError, imaplib.IMAP4.abort, EOFError)
+
+
+# -- FETCH data items, as servers echo them ------------------------------------------
+
+_WS = re.compile(rb"\s+")
+_QUOTED = re.compile(rb'"((?:[^"\\]|\\.)*)"')
+_ESCAPED = re.compile(rb"\\(.)")
+_ORIGIN_0 = re.compile(rb"<0>\Z")
+# RFC 3501 6.4.5: "functionally equivalent" spellings of the same data
+_SYNONYMS = {b"RFC822": b"BODY[]", b"RFC822.HEADER": b"BODY[HEADER]", b"RFC822.TEXT": b"BODY[TEXT]"}
+
+
+@functools.lru_cache(maxsize=512)
+def fetch_item_key(name: bytes | str) -> bytes:
+    """The one spelling of a FETCH data item's name, for asking and for looking up.
+
+    RFC 3501 lets a server echo an item in its own way: Courier answers
+    ``BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)]`` under
+    ``BODY[HEADER.FIELDS ("MESSAGE-ID")]``; others change the case or the
+    spacing, or answer ``BODY[]`` as ``BODY[]<0>``. Looked up by the spelling
+    asked for, such an answer is never found (and its Message-ID taken as
+    missing: every known body downloaded again). Both sides go through this:
+    upper case, ``.PEEK`` dropped (a server echoes ``BODY[...]``), header-field
+    names unquoted, runs of whitespace one space and none inside brackets or
+    parentheses, an origin ``<0>`` dropped (the whole body from its first
+    octet), and ``RFC822``/``RFC822.HEADER``/``RFC822.TEXT`` as their
+    ``BODY[...]`` equivalents. Cached: an answer repeats a handful of names."""
+    raw = name.encode("ascii", "replace") if isinstance(name, str) else bytes(name)
+    key = _WS.sub(b" ", raw.strip()).upper()
+    key = _QUOTED.sub(lambda m: _ESCAPED.sub(rb"\1", m[1]), key)
+    for opener in (b"(", b"["):
+        key = key.replace(opener + b" ", opener)
+    for closer in (b")", b"]"):
+        key = key.replace(b" " + closer, closer)
+    key = key.replace(b".PEEK[", b"[", 1)
+    key = _ORIGIN_0.sub(b"", key)
+    return _SYNONYMS.get(key, key)
+
+
+def fetch_items(data: Mapping[bytes, Any]) -> dict[bytes, Any]:
+    """One message's parsed FETCH data keyed by ``fetch_item_key``, so that an item
+    is found however the server spelled it."""
+    return {fetch_item_key(k): v for k, v in data.items()}
+
+
+# What ``envelopes`` and ``bodies`` ask for, and the key their answers have.
+_MSGID_ASK = "BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)]"
+_MSGID_FIELD = fetch_item_key(_MSGID_ASK)
+_BODY_ASK = "BODY.PEEK[]"
+_BODY = fetch_item_key(_BODY_ASK)
+_INTERNALDATE = fetch_item_key("INTERNALDATE")
+_SIZE = fetch_item_key("RFC822.SIZE")
 
 
 @dataclass(frozen=True)
@@ -368,25 +422,26 @@ class ImapSource:
                 "UID FETCH envelopes",
                 self._c.fetch,
                 part,
-                ["UID", "RFC822.SIZE", "INTERNALDATE", "BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)]"],
+                ["UID", "RFC822.SIZE", "INTERNALDATE", _MSGID_ASK],
             )
             for uid in part:
-                data = resp.get(uid)
-                if data is None:
+                got = resp.get(uid)
+                if got is None:
                     continue  # expunged meanwhile: the caller counts it as vanished
+                data = fetch_items(got)
                 header = data.get(_MSGID_FIELD) or b""
                 mid = None
                 if header:
-                    mid = normalize_msgid(_header_text(header).partition(":")[2])
-                idate = _utc(data.get(b"INTERNALDATE"))
-                yield Envelope(uid, int(data.get(b"RFC822.SIZE", 0)), mid, idate)
+                    mid = normalize_msgid(_header_text(bytes(header)).partition(":")[2])
+                idate = _utc(data.get(_INTERNALDATE))
+                yield Envelope(uid, int(data.get(_SIZE) or 0), mid, idate)
 
     def bodies(self, uids: Sequence[int], *, dates: bool = False) -> dict[int, bytes]:
         """Raw bytes of each UID still present, by ``BODY.PEEK[]`` (never sets \\Seen).
 
         ``dates``: also ask for INTERNALDATE, kept in ``internal_dates`` (for bodies
         fetched without an envelope first)."""
-        items = ["BODY.PEEK[]", "INTERNALDATE"] if dates else ["BODY.PEEK[]"]
+        items = [_BODY_ASK, "INTERNALDATE"] if dates else [_BODY_ASK]
         if not uids:
             return {}
         raw = self._call("UID FETCH BODY.PEEK[]", self._fetch_raw, uids, items)
@@ -402,11 +457,12 @@ class ImapSource:
             return out
         resp = self._call("UID FETCH BODY.PEEK[]", parse_fetch_response, raw, False, True)
         for uid in uids:
-            data = resp.get(uid)
-            if data is not None and b"BODY[]" in data:
-                out[uid] = bytes(data[b"BODY[]"])
+            got = resp.get(uid)
+            data = fetch_items(got) if got is not None else {}
+            if data.get(_BODY) is not None:  # (NIL: no body to give)
+                out[uid] = bytes(data[_BODY])
                 if dates:
-                    self.internal_dates[uid] = _utc(data.get(b"INTERNALDATE"))
+                    self.internal_dates[uid] = _utc(data.get(_INTERNALDATE))
         return out
 
     def _fetch_raw(self, uids: Sequence[int], items: list[str]) -> list[Any]:

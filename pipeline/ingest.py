@@ -45,6 +45,9 @@ class RunCounts:
     errors: int = 0
     bodies_fetched: int = 0
     known_skipped: int = 0
+    # bodies downloaded only to confirm that known UIDs still name the same
+    # messages: none is processed, so they stay out of the SPEC §6 equations
+    bodies_checked: int = 0
     new_messages: int = 0
     duplicates: int = 0
     conflicts_other_source: int = 0

@@ -23,6 +23,7 @@ _COUNTERS = (
     "vanished",
     "errors",
     "bodies_fetched",
+    "bodies_checked",
     "known_skipped",
     "new_messages",
     "duplicates",
@@ -30,6 +31,13 @@ _COUNTERS = (
     "malformed",
     "bytes_read",
 )
+# Every full body downloaded is one of these two (the report line's ``bodies=``
+# is their sum).
+_HELP = {
+    "bodies_fetched": "Last run: bodies downloaded and stored as messages, per account.",
+    "bodies_checked": "Last run: bodies downloaded to confirm that known UIDs still name"
+    " the same messages, per account.",
+}
 
 
 def previous_last_success(path: Path) -> float | None:
@@ -79,7 +87,7 @@ def write_metrics(path: Path, report: dict[str, Any], now: datetime) -> None:
     gauges = {
         name: Gauge(
             f"{_PREFIX}_{name}",
-            f"Last run: {name.replace('_', ' ')} per account.",
+            _HELP.get(name, f"Last run: {name.replace('_', ' ')} per account."),
             ["account"],
             registry=reg,
         )

@@ -135,7 +135,8 @@ class FolderReport:
     cursor_from: int | None = None
     cursor_to: int | None = None
     new: int = 0
-    bodies: int = 0
+    bodies: int = 0  # every full body downloaded, ``bodies_checked`` included
+    bodies_checked: int = 0  # of those, downloaded to confirm known UIDs (no new message)
     known: int = 0
     vanished: int = 0
     errors: int = 0
@@ -154,6 +155,8 @@ class FolderReport:
             f" cursor={cursor} new={self.new} bodies={self.bodies} known={self.known}"
             f" errors={self.errors}"
         )
+        if self.bodies_checked:
+            text += f" checked={self.bodies_checked}"
         if self.vanished:
             text += f" vanished={self.vanished}"
         if self.failed_uids:
@@ -258,14 +261,14 @@ class _FolderSync:
             fr.uidvalidity = state.uidvalidity
             cursor = self.store.cursor(self.account.name, folder)
             plan = plan_folder(cursor, state, self.account.initial, reconcile=self.opts.reconcile)
-            plan = self._check_reassigned(folder, state, plan)
+            plan = self._check_reassigned(folder, state, plan, fr)
             fr.mode = plan.mode if not self.opts.mode_label or plan.mode != "delta" else "watch"
             fr.cursor_from = plan.cursor_from
             fr.cursor_to = plan.cursor_from
             if plan.alarm:
                 alarms.append(f"{self.account.name} {folder}: {plan.alarm}")
                 fr.alarm = plan.alarm
-                log.warning("ALARM %s %s: %s", self.account.name, folder, plan.alarm)
+                # printed here, once: not logged as well, nor repeated in the summary
                 emit(f"ALARM {self.account.name} {folder}: {plan.alarm}")
             if plan.error:
                 fr.error = plan.error
@@ -279,7 +282,9 @@ class _FolderSync:
 
     _SAMPLE = 5
 
-    def _check_reassigned(self, folder: str, state: FolderState, plan: Plan) -> Plan:
+    def _check_reassigned(
+        self, folder: str, state: FolderState, plan: Plan, fr: FolderReport
+    ) -> Plan:
         """Before a delta (or reconcile): do the UIDs we hold still name the same messages?
 
         A server that lost its state and forced the old UIDVALIDITY back (or a
@@ -293,7 +298,8 @@ class _FolderSync:
         plan into a full rescan: like a UIDVALIDITY change, the cursor's number
         means nothing any more, and a rescan costs envelopes for what the
         store holds and loses nothing. (Leaving the cursor alone instead would
-        stall the folder for good: no later run could tell it apart.)
+        stall the folder for good: no later run could tell it apart.) The bodies
+        downloaded here count in ``fr.bodies`` and as ``bodies_checked``.
         """
         if plan.mode not in ("delta", "reconcile") or plan.error or not plan.cursor_from:
             return plan
@@ -304,10 +310,13 @@ class _FolderSync:
             no_id = env.message_id is None and mid == synthetic_message_id(sha)
             if (env.message_id != mid and not no_id) or (size is not None and size != env.size):
                 suspects.append(env.uid)
+        fetched = self.src.bodies(suspects) if suspects else {}
+        fr.bodies += len(fetched)
+        fr.bodies_checked += len(fetched)
+        fr.bytes_fetched += sum(map(len, fetched.values()))
+        self.report.counts.bodies_checked += len(fetched)
         wrong = [
-            uid
-            for uid, raw in (self.src.bodies(suspects) if suspects else {}).items()
-            if hashlib.sha256(raw).hexdigest() != held[uid][1]
+            uid for uid, raw in fetched.items() if hashlib.sha256(raw).hexdigest() != held[uid][1]
         ]
         if not wrong:
             return plan
@@ -466,7 +475,7 @@ class _FolderSync:
             fr.cursor_to = cursor_to
         ingest.flush(extra)
         c = ingest.counts
-        fr.bodies, fr.known, fr.errors = c.bodies_fetched, c.known_skipped, c.errors
+        fr.bodies, fr.known, fr.errors = fr.bodies + c.bodies_fetched, c.known_skipped, c.errors
         self.report.counts.add(c)
 
     def _fetch_here(

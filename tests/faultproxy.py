@@ -13,7 +13,16 @@ server, and applies the faults of its current schedule to that connection:
 - ``inject``    at the next response boundary, send ``payload`` (an unsolicited
                 ``* N FETCH (FLAGS (\\Seen))`` or ``* N EXISTS``) to the client;
 - ``strip-uidnext``  remove ``[UIDNEXT n]`` (EXAMINE/SELECT) and ``UIDNEXT n``
-                (STATUS) from every server response: a server that never says it.
+                (STATUS) from every server response: a server that never says it
+                (``status_too=False``: EXAMINE/SELECT only, as Courier);
+- ``quote-fields``  answer ``BODY[HEADER.FIELDS (MESSAGE-ID)]`` as
+                ``BODY[HEADER.FIELDS ("MESSAGE-ID")]`` (quoted field names, as Courier);
+- ``date-after-body``  move a FETCH answer's ``INTERNALDATE`` from before its
+                literal to after it (``BODY[] {n}...<literal> INTERNALDATE "d")``).
+
+The last three rewrite the shape of the server's answers, not their meaning,
+and apply to every response (on the connections ``conn`` picks): the shapes
+of servers other than Dovecot, for the client's interoperability tests.
 
 A fault fires at a byte offset of the server's stream (``at_bytes``), or
 ``after`` bytes after the ``nth`` client command line containing the text
@@ -26,7 +35,9 @@ succeeds) or every connection (the folder must fail cleanly).
 The proxy parses just enough IMAP to find response boundaries and literals in
 the server's stream; it never changes a byte it was not told to. Every
 connection's fired faults are recorded (``fired``) so a campaign can count
-what really happened, not only what was scheduled.
+what really happened, not only what was scheduled. It also counts the full
+message bodies that cross it (``bodies``, ``body_bytes``: each ``BODY[]``,
+``BODY[]<n>`` or ``RFC822`` literal the server sends).
 
     with FaultProxy(("127.0.0.1", dv.imap_port)) as proxy:
         proxy.schedule([Fault("drop", on_command="FETCH", after=300)])
@@ -49,12 +60,20 @@ from typing import Literal
 
 __all__ = ["FAULT_KINDS", "Fault", "FaultProxy", "Fired"]
 
-FaultKind = Literal["drop", "rst", "stall", "truncate", "inject", "strip-uidnext"]
-FAULT_KINDS: tuple[str, ...] = ("drop", "rst", "stall", "truncate", "inject", "strip-uidnext")
+FaultKind = Literal[
+    "drop", "rst", "stall", "truncate", "inject", "strip-uidnext", "quote-fields", "date-after-body"
+]
+FAULT_KINDS: tuple[str, ...] = (
+    "drop", "rst", "stall", "truncate", "inject", "strip-uidnext", "quote-fields", "date-after-body"
+)  # fmt: skip
+REWRITES = frozenset({"strip-uidnext", "quote-fields", "date-after-body"})
 
 _LITERAL = re.compile(rb"\{(\d+)\+?\}\r?\n\Z")
 _UIDNEXT_CODE = re.compile(rb"^\* OK \[UIDNEXT \d+\][^\r\n]*\r?\n\Z", re.IGNORECASE)
 _UIDNEXT_ITEM = re.compile(rb" ?UIDNEXT \d+", re.IGNORECASE)
+_HEADER_FIELDS = re.compile(rb"(BODY\[HEADER\.FIELDS(?:\.NOT)? \()([^)\"]*)(\)\])", re.IGNORECASE)
+_INTERNALDATE = re.compile(rb'INTERNALDATE "[^"]*"', re.IGNORECASE)
+_BODY_LITERAL = re.compile(rb"[ (](?:BODY\[\](?:<\d+>)?|RFC822) \{(\d+)\+?\}\r?\n\Z", re.I)
 _MAX_LINE = 1 << 20  # a line longer than this is forwarded in pieces
 
 
@@ -84,6 +103,8 @@ class Fault:
             when = f"literal #{self.literal} after {self.cut} B"
         elif self.kind == "strip-uidnext":
             when = "EXAMINE and STATUS" if self.status_too else "EXAMINE only"
+        elif self.kind in REWRITES:
+            when = "every response"
         elif self.on_command:
             when = f"{self.after} B after {self.on_command} #{self.nth}"
         else:
@@ -143,8 +164,9 @@ class _Connection:
         self.stall_fault: Fault | None = None
         self.held_c2s = bytearray()  # client bytes held back during a stall
         self.line_tail = b""  # the end of the server line being forwarded
-        self._strips = any(f.kind == "strip-uidnext" for f in self.faults)
+        self._rewrites = {f.kind for f in self.faults if f.kind in REWRITES}
         self._strip_status = any(f.kind == "strip-uidnext" and f.status_too for f in self.faults)
+        self.moved_date = b""  # date-after-body: the INTERNALDATE held past a literal
         for i, f in enumerate(self.faults):
             if f.kind in ("drop", "rst", "stall", "inject") and not f.on_command:
                 self.armed[i] = f.at_bytes or 0
@@ -287,13 +309,8 @@ class _Connection:
         complete = unit.endswith(b"\n")
         whole = bytes(self.line_tail) + unit
         out = unit
-        if complete and not self.line_tail and self._strips:
-            out = _strip_uidnext(unit, status=self._strip_status)
-            if out != unit:
-                for i, f in enumerate(self.faults):
-                    if f.kind == "strip-uidnext" and i not in self.done:
-                        self.done.add(i)
-                        self.proxy._record(Fired(self.index, f, self.sent))
+        if complete and not self.line_tail and self._rewrites:
+            out = self._rewrite(unit)
         if out is unit:
             self._pass(unit, is_line=True)
         else:
@@ -305,6 +322,8 @@ class _Connection:
             return
         self.line_tail = b""
         m = _LITERAL.search(whole)
+        if m and _BODY_LITERAL.search(whole):
+            self.proxy._count_body(int(m.group(1)))
         if m and int(m.group(1)):
             self.literal_left = int(m.group(1))
             self.literal_pos = 0
@@ -314,6 +333,39 @@ class _Connection:
         for i, at in sorted(self.armed.items(), key=lambda kv: kv[1]):
             if self.faults[i].kind == "inject" and self.sent >= at:
                 self._fire(i)
+
+    def _rewrite(self, line: bytes) -> bytes:
+        """``line`` (a whole server line, not a literal) in the shapes scheduled."""
+        out = line
+        if "strip-uidnext" in self._rewrites:
+            out = self._fired_if(
+                "strip-uidnext", out, _strip_uidnext(out, status=self._strip_status)
+            )
+        if "quote-fields" in self._rewrites:
+            out = self._fired_if("quote-fields", out, _quote_fields(out))
+        if "date-after-body" in self._rewrites:
+            held, self.moved_date = self.moved_date, b""
+            moved = held + out  # the line after a literal goes on from its last octet
+            date = _INTERNALDATE.search(moved)
+            if date and _LITERAL.search(moved):  # this answer goes on after a literal
+                start, end = date.span()
+                if moved[end : end + 1] == b" ":
+                    end += 1
+                elif moved[start - 1 : start] == b" ":
+                    start -= 1
+                moved = moved[:start] + moved[end:]
+                self.moved_date = b" " + date[0]
+            out = self._fired_if("date-after-body", out, moved)
+        return out
+
+    def _fired_if(self, kind: str, before: bytes, after: bytes) -> bytes:
+        """``after``; recording the first time a rewrite of ``kind`` changed a line."""
+        if after != before:
+            for i, f in enumerate(self.faults):
+                if f.kind == kind and i not in self.done:
+                    self.done.add(i)
+                    self.proxy._record(Fired(self.index, f, self.sent))
+        return after
 
 
 class _Stalled(Exception):
@@ -326,6 +378,16 @@ def _strip_uidnext(line: bytes, *, status: bool) -> bytes:
     if status and line.upper().startswith(b"* STATUS ") and b"UIDNEXT" in line.upper():
         return _UIDNEXT_ITEM.sub(b"", line).replace(b"( ", b"(")
     return line
+
+
+def _quote_fields(line: bytes) -> bytes:
+    """Header-field names in FETCH item names quoted: ``BODY[HEADER.FIELDS ("A" "B")]``."""
+
+    def quote(m: re.Match[bytes]) -> bytes:
+        names = b" ".join(b'"' + n + b'"' for n in m[2].split())
+        return m[1] + names + m[3]
+
+    return _HEADER_FIELDS.sub(quote, line)
 
 
 @dataclass
@@ -341,6 +403,8 @@ class FaultProxy:
     port: int = 0
     fired: list[Fired] = field(default_factory=list)
     connections: int = 0
+    bodies: int = 0  # full message bodies the server sent through the proxy
+    body_bytes: int = 0
     _faults: tuple[Fault, ...] = ()
     _sock: socket.socket | None = field(default=None, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
@@ -377,11 +441,12 @@ class FaultProxy:
 
     def schedule(self, faults: Sequence[Fault]) -> None:
         """Faults for the connections accepted from now on (indexes restart at 0);
-        clears what was recorded as fired."""
+        clears what was recorded as fired and the bodies counted."""
         with self._lock:
             self._faults = tuple(faults)
             self.connections = 0
             self.fired = []
+            self.bodies = self.body_bytes = 0
 
     def idle(self, timeout: float = 5.0) -> bool:
         """Wait until no connection is open (a run's sockets are all closed)."""
@@ -396,6 +461,11 @@ class FaultProxy:
     def _record(self, fired: Fired) -> None:
         with self._lock:
             self.fired.append(fired)
+
+    def _count_body(self, size: int) -> None:
+        with self._lock:
+            self.bodies += 1
+            self.body_bytes += size
 
     def _accept(self) -> None:
         assert self._sock is not None
