@@ -26,7 +26,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.config import Account, Config, InitialMode, resolve_secret
-from pipeline.imap import Envelope, FolderState, ImapSource, missing_folders, select_folders
+from pipeline.imap import (
+    Envelope,
+    FolderInfo,
+    FolderState,
+    ImapSource,
+    missing_attributes,
+    missing_folders,
+    select_folders,
+)
 from pipeline.imap_fetch import Fetched, fetch_bodies, fetch_prepared
 from pipeline.ingest import Incoming, Ingest, RunCounts, WorkerPool, worker_pool
 from pipeline.parse import synthetic_message_id
@@ -735,12 +743,7 @@ def _sync_account(
         with source_factory(account, secret) as src:
             listed = src.list_folders()
             folders = select_folders(listed, account.folders, account.exclude)
-            for gone in missing_folders(listed, account.folders):
-                # named in the config but not on the server: loud, never skipped quietly
-                why = f"folder {gone!r} is not on the server (deleted or renamed?); mail kept"
-                ar.folders[gone] = FolderReport(folder=gone, mode="missing", error=why)
-                ar.folder_errors += 1
-                emit(f"error {name} {gone}: {why}")
+            _report_missing(name, account, listed, ar, emit)
             if not folders:
                 raise SourceError(f"{name}: no folder on the server matches {account.folders}")
             for info in folders:
@@ -765,6 +768,30 @@ def _sync_account(
     except MailledgerError as exc:
         ar.error = str(exc)
         emit(f"error {name}: {exc}")
+
+
+def _report_missing(
+    name: str,
+    account: Account,
+    listed: list[FolderInfo],
+    ar: AccountReport,
+    emit: Callable[[str], None],
+) -> None:
+    """Each ``folders`` entry that takes nothing is a folder error: a name the
+    server does not list, or a SPECIAL-USE attribute no folder carries. Loud,
+    never skipped quietly: the user expects mail from it."""
+    missing = [
+        (gone, f"folder {gone!r} is not on the server (deleted or renamed?); mail kept")
+        for gone in missing_folders(listed, account.folders)
+    ]
+    missing += [
+        (attr, "no folder has this SPECIAL-USE attribute")
+        for attr in missing_attributes(listed, account.folders)
+    ]
+    for entry, why in missing:
+        ar.folders[entry] = FolderReport(folder=entry, mode="missing", error=why)
+        ar.folder_errors += 1
+        emit(f"error {name} {entry}: {why}")
 
 
 def wait_for_change(
