@@ -35,6 +35,7 @@ __all__ = [
     "FolderInfo",
     "FolderState",
     "ImapSource",
+    "gone_folders",
     "missing_attributes",
     "missing_folders",
     "select_folders",
@@ -149,6 +150,19 @@ def missing_attributes(folders: Sequence[FolderInfo], wanted: Sequence[str]) -> 
     that takes nothing, reported like a missing folder name, never dropped."""
     held = {a.lower() for f in folders if f.selectable for a in f.attributes}
     return [w for w in wanted if w.startswith("\\") and w.lower() not in held]
+
+
+def gone_folders(folders: Sequence[FolderInfo], known: Sequence[str]) -> list[str]:
+    """Of the ``known`` folder names (those the store holds a cursor for), the
+    ones LIST no longer shows as selectable: renamed or deleted on the server.
+
+    ``folders`` must be a LIST that was read in full. A LIST without INBOX,
+    which every IMAP server has, is no such answer: nothing is taken for gone.
+    """
+    names = {f.name for f in folders if f.selectable}
+    if not any(n.upper() == "INBOX" for n in names):
+        return []
+    return [k for k in known if not _named(k, names)]
 
 
 def _header_text(raw: bytes) -> str:

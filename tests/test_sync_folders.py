@@ -9,15 +9,20 @@ the fault proxy.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from faultproxy import Fault, FaultProxy
 from test_sync_imap import Env
 
 from pipeline import imap
 from pipeline.imap import FolderInfo
+from pipeline.parse import parse_message
+from pipeline.store import MessageStore
+from stores.events import CursorMoved, Event, LocationVanished
 
 pytestmark = pytest.mark.usefixtures("dovecot")
 
@@ -144,3 +149,218 @@ def test_a_special_use_entry_matching_no_folder_is_a_folder_error(
     assert folders["INBOX"]["bodies"] == 1 and folders["[Gmail]/Wysłane"]["bodies"] == 1
     with env.open() as s:
         assert len(s.message_ids()) == 2
+
+
+# -- where mail lives after the server moved it --------------------------------
+
+
+@pytest.mark.parametrize("how", ["renumbered", "same-uids"])
+def test_a_uidvalidity_change_marks_the_old_locations_vanished(
+    imap_user: Callable[[str], Any],
+    dovecot: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    how: str,
+) -> None:
+    """The sync that sees the change marks them: the old UIDs name nothing now."""
+    user = imap_user("fastmail")
+    env = Env(tmp_path, dovecot, {"fastmail": {"folders": ["INBOX", "\\Archive"]}})
+    for i in range(4):
+        user.save("INBOX", _msg(i, "inbox"))
+    user.save("Archive", _msg(9, "archive"))
+    user.expunge("INBOX", 2)  # the server's UIDs 1, 3, 4
+    env.sync("--apply", capsys=capsys)
+    old = user.status("INBOX")["uidvalidity"]
+    archive_uv = user.status("Archive")["uidvalidity"]
+    if how == "renumbered":
+        new = env.dv.lose_state("fastmail", "INBOX")  # UIDs 1, 2, 3
+    else:
+        new = old + 1000
+        env.dv.set_uidvalidity("fastmail", "INBOX", new)  # UIDs 1, 3, 4
+    code, report = env.sync("--apply", capsys=capsys)
+    inbox = _folders(report, "fastmail")["INBOX"]
+    assert code == 3 and inbox["vanished"] == 3 and inbox["bodies"] == 0
+    present = _where(env)
+    assert {(f, uv) for f, uv, _, _ in present} == {("INBOX", new), ("Archive", archive_uv)}
+    assert sorted(uid for f, _, uid, _ in present if f == "INBOX") == user.uids("INBOX")
+    assert _vanished(env) == [("INBOX", old, 1), ("INBOX", old, 3), ("INBOX", old, 4)]
+    with env.open() as s:
+        assert len(s.message_ids()) == 4  # the archive keeps the mail
+        events = s.log.read(columns=["type", "folder", "uidvalidity", "reason"]).to_pylist()
+    gone = [e for e in events if e["type"] == "location-vanished"]
+    assert len(gone) == 3 and all(e["uidvalidity"] == old for e in gone)
+    assert all("UIDVALIDITY" in e["reason"] for e in gone)
+    code, report = env.sync("--apply", "--reconcile", capsys=capsys)
+    assert code == 0 and _folders(report, "fastmail")["INBOX"]["vanished"] == 0
+
+
+def _projects(user: Any) -> None:
+    with user.imap() as c:
+        c.create_folder("Projects")
+    for i in range(3):
+        user.save("Projects", _msg(i, "projects"))
+
+
+def _rename(user: Any, old: str, new: str) -> None:
+    with user.imap() as c:
+        c.rename_folder(old, new)
+
+
+def test_reconcile_marks_a_renamed_folders_old_locations_vanished(
+    imap_user: Callable[[str], Any],
+    dovecot: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    user = imap_user("fastmail")
+    _projects(user)
+    user.save("INBOX", _msg(1, "inbox"))
+    env = Env(tmp_path, dovecot, {"fastmail": {}})  # every folder
+    code, report = env.sync("--apply", capsys=capsys)
+    assert code == 0 and _folders(report, "fastmail")["Projects"]["bodies"] == 3
+    _rename(user, "Projects", "Projects 2025")
+
+    code, report = env.sync("--apply", capsys=capsys)  # a plain sync leaves them be
+    assert code == 0 and _folders(report, "fastmail")["Projects 2025"]["known"] == 3
+    code, report = env.sync("--apply", "--reconcile", capsys=capsys)
+    folders = _folders(report, "fastmail")
+    assert code == 0, report
+    assert (folders["Projects"]["mode"], folders["Projects"]["vanished"]) == ("gone", 3)
+    present = _where(env)
+    assert sorted({f for f, _, _, _ in present}) == ["INBOX", "Projects 2025"]
+    assert [(f, uid) for f, _, uid in _vanished(env)] == [
+        ("Projects", 1),
+        ("Projects", 2),
+        ("Projects", 3),
+    ]
+    with env.open() as s:
+        assert len(s.message_ids()) == 4
+
+    code, report = env.sync("--apply", "--reconcile", capsys=capsys)
+    assert code == 0 and "Projects" not in _folders(report, "fastmail")  # said once
+
+
+def test_reconcile_marks_a_named_folder_gone_from_the_server_and_says_so(
+    imap_user: Callable[[str], Any],
+    dovecot: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    user = imap_user("fastmail")
+    _projects(user)
+    env = Env(tmp_path, dovecot, {"fastmail": {"folders": ["INBOX", "Projects"]}})
+    env.sync("--apply", capsys=capsys)
+    with user.imap() as c:
+        c.delete_folder("Projects")
+    code, report = env.sync("--apply", "--reconcile", capsys=capsys)
+    projects = _folders(report, "fastmail")["Projects"]
+    assert code == 1  # a missing named folder stays an error
+    assert (projects["mode"], projects["vanished"]) == ("missing", 3)
+    assert _where(env) == []
+    with env.open() as s:
+        assert len(s.message_ids()) == 3
+
+
+def test_a_dry_run_reconcile_counts_a_gone_folder_and_writes_nothing(
+    imap_user: Callable[[str], Any],
+    dovecot: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    user = imap_user("fastmail")
+    _projects(user)
+    env = Env(tmp_path, dovecot, {"fastmail": {}})
+    env.sync("--apply", capsys=capsys)
+    _rename(user, "Projects", "Old projects")
+    code, report = env.sync("--reconcile", capsys=capsys)
+    assert code == 0 and _folders(report, "fastmail")["Projects"]["vanished"] == 3
+    assert _vanished(env) == []
+
+
+def test_a_failed_list_never_marks_a_folder_gone(
+    imap_user: Callable[[str], Any],
+    dovecot: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    user = imap_user("fastmail")
+    _projects(user)
+    with FaultProxy(("127.0.0.1", dovecot.imap_port)) as proxy:
+        env = Env(tmp_path, dovecot, {"fastmail": {"port": proxy.port}})
+        env.sync("--apply", capsys=capsys)
+        _rename(user, "Projects", "Elsewhere")
+        proxy.schedule([Fault("drop", conn=None, on_command="LIST")])
+        code, report = env.sync("--apply", "--reconcile", capsys=capsys)
+        assert code == 1 and report["accounts"]["fastmail"]["error"]
+        assert _vanished(env) == []
+
+
+def test_a_list_without_inbox_is_not_taken_for_every_folder_gone() -> None:
+    listing = [FolderInfo("Archive", frozenset({"\\Archive"}), "/")]
+    assert imap.gone_folders(listing, ["INBOX", "Projects"]) == []
+    listing.append(FolderInfo("inbox", frozenset(), "/"))
+    assert imap.gone_folders(listing, ["INBOX", "Projects", "Archive"]) == ["Projects"]
+
+
+def test_locations_in_reads_a_folders_rows_alike_by_probe_and_by_one_pass(
+    store: MessageStore,
+) -> None:
+    """``locations_in`` probes a few UIDs and reads many in one pass; both give
+    the rows of that folder and UIDVALIDITY only, vanished ones included."""
+    parsed = parse_message(_msg(0, "loc"))
+    events: list[Event] = []
+    for folder, uv, n in [("A", 7, 1500), ("A", 8, 20), ("B", 7, 30)]:
+        for uid in range(1, n + 1):
+            p = dataclasses.replace(parsed, message_id=f"{folder}-{uv}-{uid}@loc")
+            events.append(
+                store.seen_event(p, source="acct", folder=folder, uidvalidity=uv, uid=uid)
+            )
+    events.append(store.seen_event(parsed, source="other", folder="A", uidvalidity=7, uid=1))
+    events.append(
+        LocationVanished(
+            run_id=store.run_id,
+            recorded_at=store.clock.now(),
+            source="acct",
+            folder="A",
+            uidvalidity=7,
+            uid=3,
+            message_id="A-7-3@loc",
+        )
+    )
+    store.commit(events)
+
+    def keys(rows: list[dict[str, Any]]) -> list[tuple[str, int, int, bool]]:
+        return sorted((r["folder"], r["uidvalidity"], r["uid"], r["vanished"]) for r in rows)
+
+    probed = keys(store.locations_in("acct", [("A", 7, 40), ("B", 7, 10)]))
+    assert probed == [("A", 7, u, u == 3) for u in range(1, 41)] + [
+        ("B", 7, u, False) for u in range(1, 11)
+    ]
+    whole = keys(store.locations_in("acct", [("A", 7, 1500)]))  # past INDEX_KEYS_MAX
+    assert whole == [("A", 7, u, u == 3) for u in range(1, 1501)]
+    assert keys(store.locations_in("acct", [("A", 8, None)])) == [
+        ("A", 8, u, False) for u in range(1, 21)
+    ]
+    store.commit(
+        [
+            CursorMoved(
+                run_id=store.run_id,
+                recorded_at=store.clock.now(),
+                source=source,
+                folder=folder,
+                uidvalidity=7,
+                cursor_from=None,
+                cursor_to=top,
+                uidnext=top + 1,
+                mode="full",
+                reason="test",
+            )
+            for source, folder, top in [("acct", "B", 30), ("acct", "A", 1500), ("other", "A", 1)]
+        ]
+    )
+    assert [
+        (c["folder"], c["uidvalidity"], c["last_uid"]) for c in store.folder_cursors("acct")
+    ] == [
+        ("A", 7, 1500),
+        ("B", 7, 30),
+    ]
