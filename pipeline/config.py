@@ -156,7 +156,9 @@ class Account:
     (``\\All``, canonical capitalisation); ``("*",)`` means every selectable
     folder. ``exclude`` is already effective: when the file has no ``exclude``
     key it is :data:`DEFAULT_EXCLUDE` minus the attributes ``folders`` asks for,
-    so a fetcher takes what matches ``folders`` and does not match ``exclude``.
+    so a fetcher takes what matches ``folders`` and does not match ``exclude``
+    (a folder named by its name is taken whatever its attributes; see
+    ``pipeline.imap.select_folders``).
     A POP3 account has ``folders == ("INBOX",)`` and no exclusions.
 
     ``insecure`` only permits ``tls = "none"`` to a host that is not loopback;

@@ -45,7 +45,7 @@ from projections.fold import (
     rebuild,
     thread_counts,
 )
-from projections.lookup import rows_where_in
+from projections.lookup import INDEX_KEYS_MAX, rows_where_in
 from projections.normalize import index_value, normalize_header_name, normalize_msgid
 from projections.tables import PROJECTION_VERSION, fingerprint
 from stores import db
@@ -498,6 +498,56 @@ class MessageStore:
         keys = [location_key(source, *place) for place in places]
         con = self._reader(stale_ok=stale_ok)
         return rows_where_in(con, "locations", "loc_key", keys).to_pylist()
+
+    @_uses_db
+    def locations_in(
+        self, source: str, spans: Sequence[tuple[str, int, int | None]]
+    ) -> list[dict[str, Any]]:
+        """The ``locations`` rows of ``source`` in each span (folder, uidvalidity,
+        highest UID): every row at UIDs 1..highest under that folder's UIDVALIDITY,
+        vanished or not, for a caller that must account for a whole folder.
+
+        The cost follows the spans: up to ``INDEX_KEYS_MAX`` UIDs in all are probed
+        through the index on the location key (a small folder of a large store
+        reads its own rows); more, or a span whose highest UID is not known
+        (None), are read in one pass filtered on folder and UIDVALIDITY, which
+        then also returns rows above the highest UID. Past that many keys one
+        pass costs less than the probes (1,000,000 locations: 20,000 UIDs probed
+        2.0 s, one pass 0.06 s), as for every lookup (``projections.lookup``).
+        """
+        if not spans:
+            return []
+        if all(top is not None for _, _, top in spans):
+            total = sum(max(0, top or 0) for _, _, top in spans)
+            if total <= INDEX_KEYS_MAX:
+                places = [
+                    (folder, uv, uid, None)
+                    for folder, uv, top in spans
+                    for uid in range(1, (top or 0) + 1)
+                ]
+                return self.locations_at(source, places)
+        where = " OR ".join("(folder = ? AND uidvalidity = ?)" for _ in spans)
+        params: list[Any] = [source]
+        for folder, uv, _ in spans:
+            params += [folder, uv]
+        cur = self._reader().execute(
+            f"SELECT * FROM locations WHERE source = ? AND ({where}) AND uid IS NOT NULL", params
+        )
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    @_uses_db
+    def folder_cursors(self, account: str) -> list[dict[str, Any]]:
+        """The sync cursor of every folder of ``account`` the store has synced, one
+        row a folder (its name, uidvalidity, last_uid, uidnext): the folders the
+        store holds locations in, at a cost that follows the account's folders."""
+        cur = self._reader().execute(
+            "SELECT folder, uidvalidity, last_uid, uidnext FROM cursors WHERE account = ?"
+            " ORDER BY folder",
+            [account],
+        )
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
     @_uses_db
     def stored_ids(self, ids: Sequence[str], *, stale_ok: bool = False) -> dict[str, str]:

@@ -26,13 +26,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.config import Account, Config, InitialMode, resolve_secret
-from pipeline.imap import Envelope, FolderState, ImapSource, missing_folders, select_folders
+from pipeline.imap import (
+    Envelope,
+    FolderInfo,
+    FolderState,
+    ImapSource,
+    gone_folders,
+    missing_attributes,
+    missing_folders,
+    select_folders,
+)
 from pipeline.imap_fetch import Fetched, fetch_bodies, fetch_prepared
 from pipeline.ingest import Incoming, Ingest, RunCounts, WorkerPool, worker_pool
 from pipeline.parse import synthetic_message_id
 from pipeline.store import MessageStore
 from stores.errors import MailledgerError, SourceError
-from stores.events import CursorMoved, UidvalidityChanged
+from stores.events import CursorMoved, LocationVanished, UidvalidityChanged
 
 __all__ = [
     "FolderReport",
@@ -274,7 +283,7 @@ class _FolderSync:
                 fr.error = plan.error
                 self.report.folder_errors += 1
                 return fr
-            self._take(folder, state, plan, fr)
+            self._take(folder, state, plan, fr, cursor)
         except SourceError as exc:
             fr.error = str(exc)
             self.report.folder_errors += 1
@@ -382,12 +391,20 @@ class _FolderSync:
             return []
         return self.src.all_uids()  # full, reconcile
 
-    def _take(self, folder: str, state: FolderState, plan: Plan, fr: FolderReport) -> None:
+    def _take(
+        self,
+        folder: str,
+        state: FolderState,
+        plan: Plan,
+        fr: FolderReport,
+        cursor: Mapping[str, Any] | None,
+    ) -> None:
         uids = self._uids(state, plan)
         known_here: set[int] = set()
         if plan.mode == "reconcile":
-            known_here = self._reconcile_vanished(folder, state, uids, fr)
+            known_here = self._reconcile_vanished(folder, state, plan, uids, fr)
             uids = [u for u in uids if u not in known_here]
+        old_gone = self._old_uidvalidity_gone(folder, state, plan, cursor, fr)
         if self.opts.limit is not None:
             uids = uids[: self.opts.limit]
         fr.new = len(uids)
@@ -406,7 +423,8 @@ class _FolderSync:
                         new_uidvalidity=state.uidvalidity,
                         action="alarm; full rescan",
                         mode="full",
-                    )
+                    ),
+                    *old_gone,  # in the same commit: never a new UIDVALIDITY without them
                 ]
             )
         ingest = Ingest(self.store, self.account.name, batch_size=500, network=True, pool=self.pool)
@@ -634,37 +652,93 @@ class _FolderSync:
         return f"{len(uids)} new messages durable"
 
     def _reconcile_vanished(
-        self, folder: str, state: FolderState, server_uids: list[int], fr: FolderReport
+        self,
+        folder: str,
+        state: FolderState,
+        plan: Plan,
+        server_uids: list[int],
+        fr: FolderReport,
     ) -> set[int]:
-        """Record locations gone from the server; return the UIDs already on record."""
-        from stores.events import LocationVanished
+        """Record locations gone from the server; return the UIDs already on record.
 
-        rows = self.store.query(
-            "SELECT DISTINCT uid, message_id FROM locations WHERE source = ? AND folder = ?"
-            " AND uidvalidity = ? AND NOT vanished AND uid IS NOT NULL",
-            [self.account.name, folder, state.uidvalidity],
-        ).to_pylist()
+        Every UID the folder ever gave out under this UIDVALIDITY is below UIDNEXT,
+        the cursor and the UIDs now on the server: the store's rows up to there are
+        read through ``locations_in``, at a cost that follows the folder."""
+        top = max([plan.cursor_from or 0, (state.uidnext or 1) - 1, *server_uids[-1:]])
+        rows = self.store.locations_in(self.account.name, [(folder, state.uidvalidity, top)])
+        present = _present(rows)
         on_server = set(server_uids)
-        recorded = {r["uid"] for r in rows}
-        gone = [r for r in rows if r["uid"] not in on_server]
+        gone = [r for uid, r in present.items() if uid not in on_server]
         if gone and self.opts.apply:
             self.store.commit(
-                [
-                    LocationVanished(
-                        run_id=self.store.run_id,
-                        recorded_at=self.store.clock.now(),
-                        source=self.account.name,
-                        folder=folder,
-                        uidvalidity=state.uidvalidity,
-                        uid=r["uid"],
-                        message_id=r["message_id"],
-                        reason="reconcile: not on the server",
-                    )
-                    for r in gone
-                ]
+                _vanished(self.store, self.account.name, gone, "reconcile: not on the server")
             )
         fr.vanished += len(gone)
-        return recorded & on_server
+        return set(present) & on_server
+
+    def _old_uidvalidity_gone(
+        self,
+        folder: str,
+        state: FolderState,
+        plan: Plan,
+        cursor: Mapping[str, Any] | None,
+        fr: FolderReport,
+    ) -> list[LocationVanished]:
+        """After a UIDVALIDITY change, a ``location-vanished`` for each location still
+        present under the old one: its UIDs name nothing on the server any more, so
+        ``find`` and ``show`` must stop placing mail there (the rescan records where
+        each message is now). Counted in ``fr.vanished``; committed by the caller
+        with the ``uidvalidity-changed`` event."""
+        if not plan.uidvalidity_changed or cursor is None or plan.old_uidvalidity is None:
+            return []
+        rows = self.store.locations_in(
+            self.account.name, [(folder, plan.old_uidvalidity, _highest_uid(cursor))]
+        )
+        old = list(_present(rows).values())
+        fr.vanished += len(old)
+        why = f"UIDVALIDITY changed {plan.old_uidvalidity} -> {state.uidvalidity}: old UIDs void"
+        return _vanished(self.store, self.account.name, old, why)
+
+
+def _highest_uid(cursor: Mapping[str, Any]) -> int | None:
+    """The highest UID a folder can have given out under its cursor's UIDVALIDITY
+    (below the UIDNEXT last seen, or the cursor itself); None when neither is known."""
+    last, uidnext = cursor.get("last_uid"), cursor.get("uidnext")
+    if last is None and uidnext is None:
+        return None
+    return max(last or 0, (uidnext or 1) - 1)
+
+
+def _present(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """``uid -> row`` of the locations in ``rows`` that are not vanished, one a UID
+    (after a rescan a UID may hold two contents: the latest one names it)."""
+    out: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        if r["vanished"] or r["uid"] is None:
+            continue
+        if r["uid"] not in out or r["last_seq"] > out[r["uid"]]["last_seq"]:
+            out[r["uid"]] = r
+    return out
+
+
+def _vanished(
+    store: MessageStore, account: str, rows: list[dict[str, Any]], reason: str
+) -> list[LocationVanished]:
+    """A ``location-vanished`` event for each locations row (one a location: it
+    marks every content seen there before it)."""
+    return [
+        LocationVanished(
+            run_id=store.run_id,
+            recorded_at=store.clock.now(),
+            source=account,
+            folder=r["folder"],
+            uidvalidity=r["uidvalidity"],
+            uid=r["uid"],
+            message_id=r["message_id"],
+            reason=reason,
+        )
+        for r in sorted(rows, key=lambda r: (r["folder"], r["uidvalidity"], r["uid"]))
+    ]
 
 
 def _gone(ingest: Ingest, fr: FolderReport, n: int) -> None:
@@ -744,12 +818,11 @@ def _sync_account(
         with source_factory(account, secret) as src:
             listed = src.list_folders()
             folders = select_folders(listed, account.folders, account.exclude)
-            for gone in missing_folders(listed, account.folders):
-                # named in the config but not on the server: loud, never skipped quietly
-                why = f"folder {gone!r} is not on the server (deleted or renamed?); mail kept"
-                ar.folders[gone] = FolderReport(folder=gone, mode="missing", error=why)
-                ar.folder_errors += 1
-                emit(f"error {name} {gone}: {why}")
+            _report_missing(name, account, listed, ar, emit)
+            if opts.reconcile and store is not None and not opts.measure:
+                # the LIST above was read in full (a failed one raised): a folder the
+                # store has synced that it no longer shows is gone from the server
+                _reconcile_gone(store, name, listed, opts, ar, emit)
             if not folders:
                 raise SourceError(f"{name}: no folder on the server matches {account.folders}")
             for info in folders:
@@ -774,6 +847,64 @@ def _sync_account(
     except MailledgerError as exc:
         ar.error = str(exc)
         emit(f"error {name}: {exc}")
+
+
+def _report_missing(
+    name: str,
+    account: Account,
+    listed: list[FolderInfo],
+    ar: AccountReport,
+    emit: Callable[[str], None],
+) -> None:
+    """Each ``folders`` entry that takes nothing is a folder error: a name the
+    server does not list, or a SPECIAL-USE attribute no folder carries. Loud,
+    never skipped quietly: the user expects mail from it."""
+    missing = [
+        (gone, f"folder {gone!r} is not on the server (deleted or renamed?); mail kept")
+        for gone in missing_folders(listed, account.folders)
+    ]
+    missing += [
+        (attr, "no folder has this SPECIAL-USE attribute")
+        for attr in missing_attributes(listed, account.folders)
+    ]
+    for entry, why in missing:
+        ar.folders[entry] = FolderReport(folder=entry, mode="missing", error=why)
+        ar.folder_errors += 1
+        emit(f"error {name} {entry}: {why}")
+
+
+def _reconcile_gone(
+    store: MessageStore,
+    name: str,
+    listed: list[FolderInfo],
+    opts: SyncOptions,
+    ar: AccountReport,
+    emit: Callable[[str], None],
+) -> None:
+    """Mark vanished the locations still present in the folders the store has
+    synced (it holds a cursor for each) that the server's LIST no longer shows:
+    renamed or deleted there. The mail is kept, and a renamed folder's messages
+    are found again under the new name, each for an envelope. Reads the cursors
+    (one row a folder) and the gone folders' own locations."""
+    cursors = {c["folder"]: c for c in store.folder_cursors(name)}
+    gone = gone_folders(listed, list(cursors))
+    if not gone:
+        return
+    spans = [(f, cursors[f]["uidvalidity"], _highest_uid(cursors[f])) for f in gone]
+    present = store.locations_in(name, spans)
+    for folder in gone:
+        rows = list(_present([r for r in present if r["folder"] == folder]).values())
+        if not rows:
+            continue  # marked before: nothing to say twice
+        if opts.apply:
+            store.commit(_vanished(store, name, rows, "reconcile: folder not on the server"))
+        fr = ar.folders.get(folder) or FolderReport(folder=folder, mode="gone")
+        ar.folders[folder] = fr
+        fr.vanished += len(rows)
+        emit(
+            f"gone {name} {folder}: not on the server (renamed or deleted?);"
+            f" vanished={len(rows)}, mail kept"
+        )
 
 
 def wait_for_change(
