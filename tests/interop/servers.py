@@ -109,6 +109,9 @@ def unpack(cache: Path, packages: tuple[str, ...], libs: tuple[str, ...]) -> Pat
     Downloads only what is not in ``<cache>/debs`` yet; a marker per package list
     makes a second run free. Raises :class:`InteropError` naming what failed.
     """
+    for tool in ("apt-get", "dpkg-query", "dpkg-deb"):
+        if shutil.which(tool) is None:
+            raise InteropError(f"{tool} is missing: the interop servers come from Debian 12")
     root = cache / "root"
     debs = cache / "debs"
     wanted = list(packages) + [lib for lib in libs if not _installed(lib)]
@@ -119,8 +122,6 @@ def unpack(cache: Path, packages: tuple[str, ...], libs: tuple[str, ...]) -> Pat
     root.mkdir(parents=True, exist_ok=True)
     missing = [p for p in wanted if not any(debs.glob(f"{p}_*.deb"))]
     if missing:
-        if shutil.which("apt-get") is None:
-            raise InteropError("apt-get is missing: the interop servers come from Debian 12")
         done = subprocess.run(
             ["apt-get", "download", *missing],
             cwd=debs,
@@ -134,8 +135,10 @@ def unpack(cache: Path, packages: tuple[str, ...], libs: tuple[str, ...]) -> Pat
                 f" {done.stderr.strip()[-800:]}  (try: apt-get update)"
             )
     for name in wanted:
-        [deb] = sorted(debs.glob(f"{name}_*.deb"))[-1:]
-        subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+        found = sorted(debs.glob(f"{name}_*.deb"))
+        if not found:
+            raise InteropError(f"apt-get download left no {name}_*.deb in {debs}")
+        subprocess.run(["dpkg-deb", "-x", str(found[-1]), str(root)], check=True)
     # the daemons drop to ``nobody``: every parent of what they run must be searchable
     subprocess.run(["chmod", "-R", "a+rX", str(cache)], check=True)
     marker.touch()
