@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STORE  ?= $(or $(MAILLEDGER_STORE),$(CURDIR)/demo-store)
 
-.PHONY: venv demo test replay bench bench-scale lint torture clean
+.PHONY: venv demo test replay bench bench-scale lint torture interop clean
 
 $(BIN)/mailledger: pyproject.toml
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "python3 -m venv is missing: apt-get install -y python3-venv" >&2; exit 2; }
@@ -54,6 +54,15 @@ bench-scale: venv
 # TORTURE_ARGS="--only crash" for one campaign.
 torture: venv
 	$(BIN)/python -m torture $(TORTURE_ARGS)
+
+# The core sync scenarios (first, idle, new mail, move, UIDVALIDITY change, expunge,
+# read-only) against Cyrus IMAP 3.6 and Courier-IMAP 5.0 from Debian 12, unpacked with
+# dpkg-deb -x into bench-data/interop/ and run from there on loopback (they conflict
+# with dovecot-imapd: nothing is installed, nothing is left running). Prints a table per
+# server x scenario: pass/FAIL, bytes from the server, bodies on the wire. Not in `test`.
+# INTEROP_ARGS="--servers cyrus -v" for one server with every sync's report.
+interop: venv
+	$(BIN)/python -m tests.interop $(INTEROP_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .
