@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STORE  ?= $(or $(MAILLEDGER_STORE),$(CURDIR)/demo-store)
 
-.PHONY: venv demo test replay bench bench-scale lint torture clean
+.PHONY: venv demo test replay bench bench-scale lint torture man clean
 
 $(BIN)/mailledger: pyproject.toml
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "python3 -m venv is missing: apt-get install -y python3-venv" >&2; exit 2; }
@@ -54,6 +54,12 @@ bench-scale: venv
 # TORTURE_ARGS="--only crash" for one campaign.
 torture: venv
 	$(BIN)/python -m torture $(TORTURE_ARGS)
+
+# The manual page, generated from the command's own parser (argparse-manpage):
+# man -l man/mailledger.1
+man: venv
+	@mkdir -p man
+	$(BIN)/mailledger man > man/mailledger.1
 
 lint: venv
 	$(BIN)/ruff check .
