@@ -19,6 +19,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+from pipeline.verbosity import LogSetup, progress_wanted
 from stores.errors import (
     ConfigError,
     LockTimeout,
@@ -56,54 +57,6 @@ def version() -> str:
         return dist_version("mailledger")
     except PackageNotFoundError:  # run from a source tree that was never installed
         return "0+unknown"
-
-
-# -- verbosity -------------------------------------------------------------------
-#
-# The contract for everything that prints besides the answer (progress bars, notes):
-# the level of the "mailledger" logger is the verbosity of this run. ERROR under
-# -q, WARNING by default, INFO under -v, DEBUG under --debug. ``progress_wanted()``
-# says whether a progress display may be drawn (a terminal, and not -q).
-
-
-def progress_wanted(stream: Any = None) -> bool:
-    """Whether progress may be shown on ``stream`` (default stderr): it is a
-    terminal and the run is not ``-q`` (the "mailledger" logger lets WARNING through)."""
-    stream = sys.stderr if stream is None else stream
-    isatty = getattr(stream, "isatty", None)
-    return bool(isatty and isatty()) and logging.getLogger("mailledger").isEnabledFor(
-        logging.WARNING
-    )
-
-
-class _LogSetup:
-    """Logging to stderr for one ``main()`` call: the "mailledger" logger at the
-    chosen level, "imapclient" (the IMAP conversation, LOGIN and AUTHENTICATE
-    redacted by imapclient itself) at DEBUG only under --debug. ``undo()`` puts
-    back the levels and removes the handler, so ``main()`` can be called again."""
-
-    def __init__(self, level: int) -> None:
-        fmt = "%(message)s"
-        if level <= logging.DEBUG:
-            fmt = "%(asctime)s %(name)s %(levelname)s: %(message)s"
-        self.handler = logging.StreamHandler(sys.stderr)
-        self.handler.setFormatter(logging.Formatter(fmt))
-        # WARNING of every other library still shows (ERROR under -q); the IMAP
-        # conversation only under --debug; mailledger's own at the chosen level
-        self.levels = {
-            "": max(level, logging.WARNING),
-            "mailledger": level,
-            "imapclient": level if level <= logging.DEBUG else max(level, logging.WARNING),
-        }
-        self.saved = {name: logging.getLogger(name).level for name in self.levels}
-        for name, lvl in self.levels.items():
-            logging.getLogger(name).setLevel(lvl)
-        logging.getLogger().addHandler(self.handler)
-
-    def undo(self) -> None:
-        logging.getLogger().removeHandler(self.handler)
-        for name, lvl in self.saved.items():
-            logging.getLogger(name).setLevel(lvl)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -831,12 +784,12 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     # the owner's alone: 0700 directories, 0600 files. Restored on return (the
     # metrics textfile, written under the caller's umask, must stay readable).
     umask = os.umask(0o077)
-    logs: _LogSetup | None = None
+    logs: LogSetup | None = None
     try:
         args = build_parser(env).parse_args(argv)
         args.env = env
         args.umask = umask
-        logs = _LogSetup(args.log_level)
+        logs = LogSetup(args.log_level)  # the verbosity contract: pipeline/verbosity.py
         if args.fn not in (cmd_sync, cmd_dispatch, cmd_completion, cmd_man):
             _resolve_store(args)  # (sync and dispatch read the whole config file)
         return int(args.fn(args))

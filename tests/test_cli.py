@@ -448,3 +448,31 @@ def test_quiet_sync_prints_only_errors_and_keeps_the_exit_code(
     lines = (out + err).splitlines()
     assert lines and all(line.startswith(("error", "sync ")) for line in lines), lines
     assert any("No such folder" in line for line in lines)
+
+
+def test_debug_shows_the_workers_imap_conversation_too_without_the_password(
+    imap_user: Callable[[str], Any], dovecot: Any, tmp_path: Path
+) -> None:
+    """A large folder is fetched by worker processes on their own connections: their
+    conversation is logged under --debug as well, masked the same way."""
+    user = imap_user("fastmail")
+    many = 450  # above pipeline.sync._WORKER_FETCH_MIN: the workers fetch
+    user.bulk_maildir(
+        "INBOX",
+        [
+            f"Subject: b{i}\r\nMessage-ID: <b{i}@x.example>\r\n\r\nhi\r\n".encode()
+            for i in range(many)
+        ],
+    )
+    config = _imap_config(tmp_path, dovecot, folders=["INBOX"])
+    argv = [sys.executable, "-m", "pipeline", "--debug", "sync", "--apply", "--workers", "2"]
+    proc = subprocess.run(
+        [*argv, "--config", str(config), "--store", str(tmp_path / "store")],
+        capture_output=True, text=True, check=False, timeout=300,
+        env={**dovecot.password_env(), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert user.password not in proc.stdout + proc.stderr
+    logins = [line for line in proc.stderr.splitlines() if "LOGIN **REDACTED**" in line]
+    pids = {line.split()[2] for line in logins}  # "date time pid name LEVEL: message"
+    assert len(pids) >= 2, logins  # the syncing process and at least one worker
