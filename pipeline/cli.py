@@ -355,6 +355,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     env = args.env
     config = load_config(args.config or default_config_path(env), env)
     store_path = args.store or config.store_path or default_store_path(env)
+    log.info("config %s, store %s", config.path, store_path)
     metrics_file = args.metrics_file or config.metrics_file
     only = set(args.account) if args.account else None
     if only and not only <= set(config.accounts):
@@ -523,6 +524,7 @@ def _global_options(parser: argparse.ArgumentParser, *, after_command: bool) -> 
     g.add_argument(  # type: ignore[attr-defined]
         "--store",
         type=Path,
+        metavar="DIR",
         default=default(None),
         help="store directory (default: $MAILLEDGER_STORE, else [store] path in the config"
         " file, else $XDG_DATA_HOME/mailledger)",
@@ -530,6 +532,7 @@ def _global_options(parser: argparse.ArgumentParser, *, after_command: bool) -> 
     g.add_argument(  # type: ignore[attr-defined]
         "--config",
         type=Path,
+        metavar="FILE",
         default=default(None),
         help="TOML config file (default: $XDG_CONFIG_HOME/mailledger/config.toml, read"
         " where it exists)",

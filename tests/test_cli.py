@@ -397,8 +397,10 @@ def test_sync_stores_where_the_config_file_says(
     _delivered(imap_user("fastmail"), 2)
     config = _imap_config(tmp_path, dovecot, '[store]\npath = "synced"\n', folders=["INBOX"])
     env = {**dovecot.password_env(), "HOME": str(tmp_path)}
-    code = main(["sync", "--apply", "--config", str(config)], env=env)
-    assert code == 0, capsys.readouterr()
+    code = main(["sync", "--apply", "--config", str(config), "-v"], env=env)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert f"store {tmp_path.resolve() / 'synced'}" in err  # -v says where it went
     assert _imported_into(tmp_path / "synced")
     assert not (tmp_path / ".local").exists()  # not the default store
 
