@@ -33,8 +33,8 @@ File shape (keys may be added, never renamed)::
     delete_after = "never"         # pop3: "never" | "stored"
     timeout = 60                   # seconds an IMAP connect or read may take; a server
                                    # stalling longer fails the folder cleanly (exit 1)
-    [store]
-    path = "/var/lib/mailledger"
+    [store]                        # read by every command, not only sync
+    path = "/var/lib/mailledger"   # relative: to this file's directory
     memory = "1GiB"                # what a replay or verify may use (default: a
                                    # quarter of the machine, at most 1 GiB)
     [metrics]
