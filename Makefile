@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STORE  ?= $(or $(MAILLEDGER_STORE),$(CURDIR)/demo-store)
 
-.PHONY: venv demo test replay bench bench-scale lint torture interop clean
+.PHONY: venv demo test replay bench bench-scale lint torture interop man clean
 
 $(BIN)/mailledger: pyproject.toml
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "python3 -m venv is missing: apt-get install -y python3-venv" >&2; exit 2; }
@@ -63,6 +63,12 @@ torture: venv
 # INTEROP_ARGS="--servers cyrus -v" for one server with every sync's report.
 interop: venv
 	$(BIN)/python -m tests.interop $(INTEROP_ARGS)
+
+# The manual page, generated from the command's own parser (argparse-manpage):
+# man -l man/mailledger.1
+man: venv
+	@mkdir -p man
+	$(BIN)/mailledger man > man/mailledger.1
 
 lint: venv
 	$(BIN)/ruff check .

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import textwrap
@@ -18,6 +19,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+from pipeline.verbosity import LogSetup, progress_wanted
 from stores.errors import (
     ConfigError,
     LockTimeout,
@@ -27,9 +29,11 @@ from stores.errors import (
     UsageError,
 )
 
-__all__ = ["default_store_path", "main"]
+__all__ = ["build_parser", "default_store_path", "main", "progress_wanted", "version"]
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_ALARM = 0, 1, 2, 3
+
+log = logging.getLogger("mailledger.cli")
 
 
 def default_store_path(env: Mapping[str, str]) -> Path:
@@ -42,6 +46,17 @@ def default_store_path(env: Mapping[str, str]) -> Path:
         return Path(env["MAILLEDGER_STORE"])
     base = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".local/share")
     return Path(base) / "mailledger"
+
+
+def version() -> str:
+    """The installed mailledger's version (package metadata)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("mailledger")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -93,10 +108,39 @@ def _memory(args: argparse.Namespace) -> int | None:
         raise UsageError(f"{where}: {exc}") from None
 
 
+def _resolve_store(args: argparse.Namespace) -> None:
+    """Settle ``args.store`` for a command that opens a store: ``--store``, else
+    ``$MAILLEDGER_STORE``, else ``[store] path`` of the config file (``--config``, or
+    the default file where it exists), else ``$XDG_DATA_HOME/mailledger``. The
+    config's ``[store] memory`` goes to ``args.config_memory``."""
+    from pipeline.config import default_config_path, load_store_settings
+
+    env = args.env
+    args.config_memory = None
+    config = args.config
+    if config is None:
+        default = default_config_path(env)
+        config = default if default.is_file() else None
+    settings = load_store_settings(config, env) if config is not None else None
+    if settings is not None:
+        args.config_memory = settings.memory
+    if args.store is not None:
+        why = "--store"
+    elif env.get("MAILLEDGER_STORE"):
+        args.store, why = Path(env["MAILLEDGER_STORE"]), "$MAILLEDGER_STORE"
+    elif settings is not None and settings.path is not None:
+        args.store, why = settings.path, f"[store] path in {settings.config_file}"
+    else:
+        args.store, why = default_store_path(env), "the default"
+    log.info("store %s (from %s)", args.store, why)
+
+
 def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
     from pipeline.store import MessageStore
 
     budget = _memory(args)  # (a bad size is a usage error before anything is opened)
+    if budget is None:
+        budget = getattr(args, "config_memory", None)  # [store] memory
     store = MessageStore.open(args.store, create=create)
     if budget is not None:
         store.memory_budget = budget
@@ -110,7 +154,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     from pipeline.gdbm_import import import_gdbm
     from pipeline.importers import import_maildir, import_mbox
 
-    progress = _Progress(f"import {args.kind}", sys.stderr.isatty())
+    progress = _Progress(f"import {args.kind}", progress_wanted())
     with _open(args, create=True) as store:
         fn = {"maildir": import_maildir, "mbox": import_mbox, "gdbm": import_gdbm}[args.kind]
         workers = args.workers if args.workers is not None else min(4, os.cpu_count() or 1)
@@ -310,6 +354,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     env = args.env
     config = load_config(args.config or default_config_path(env), env)
     store_path = args.store or config.store_path or default_store_path(env)
+    log.info("config %s, store %s", config.path, store_path)
     metrics_file = args.metrics_file or config.metrics_file
     only = set(args.account) if args.account else None
     if only and not only <= set(config.accounts):
@@ -324,8 +369,11 @@ def cmd_sync(args: argparse.Namespace) -> int:
         workers=args.workers if args.workers is not None else min(2, os.cpu_count() or 1),
     )
     out = sys.stderr if args.json else sys.stdout
+    quiet = not logging.getLogger("mailledger").isEnabledFor(logging.WARNING)
 
-    def emit(line: str) -> None:
+    def emit(line: str, *, failed: bool = False) -> None:
+        if quiet and not failed and not line.startswith(("error", "ALARM")):
+            return  # -q: errors, alarms and the summary of a failed run only
         print(line, file=out, flush=True)
 
     stop = threading.Event()
@@ -355,7 +403,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
         emit(
             f"{'sync' if opts.apply else 'dry-run' if not opts.measure else 'measure'}"
             f" run={report.run_id} accounts={len(report.accounts)} errors={report.errors}"
-            f" alarms={len(report.alarms)} balanced={report.balanced} exit={code}"
+            f" alarms={len(report.alarms)} balanced={report.balanced} exit={code}",
+            failed=code != EXIT_OK,
         )
         if metrics_file and opts.apply:
             from pipeline.clock import SystemClock
@@ -428,7 +477,86 @@ def cmd_cursor_log(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    import shtab
+
+    print(shtab.complete(build_parser(args.env), shell=args.shell), end="")
+    return EXIT_OK
+
+
+def cmd_man(args: argparse.Namespace) -> int:
+    from argparse_manpage.manpage import Manpage
+
+    parser = build_parser(args.env)
+    # the global options once, at the top, not again under every command
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub._action_groups = [g for g in sub._action_groups if g.title != _GLOBAL_OPTIONS]
+    page = Manpage(parser)
+    page.source = f"mailledger {version()}"
+    page.manual = "mailledger manual"
+    page.description = "keep mail safe and findable: an event log of every message seen"
+    print(page, end="")
+    return EXIT_OK
+
+
 # -- parser --------------------------------------------------------------------
+
+
+_GLOBAL_OPTIONS = "global options (before or after the command)"
+
+
+def _global_options(parser: argparse.ArgumentParser, *, after_command: bool) -> None:
+    """The options every command takes, before the command or after it.
+
+    Before it they carry the defaults; after it (``after_command``) they have none
+    (SUPPRESS), so a subcommand sets only what was given there and never
+    overwrites a value given before the command with a default."""
+    import shtab
+
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if after_command else value
+
+    g = parser.add_argument_group(_GLOBAL_OPTIONS)
+    g.add_argument(  # type: ignore[attr-defined]
+        "--store",
+        type=Path,
+        metavar="DIR",
+        default=default(None),
+        help="store directory (default: $MAILLEDGER_STORE, else [store] path in the config"
+        " file, else $XDG_DATA_HOME/mailledger)",
+    ).complete = shtab.DIRECTORY
+    g.add_argument(  # type: ignore[attr-defined]
+        "--config",
+        type=Path,
+        metavar="FILE",
+        default=default(None),
+        help="TOML config file (default: $XDG_CONFIG_HOME/mailledger/config.toml, read"
+        " where it exists)",
+    ).complete = shtab.FILE
+    g.add_argument(
+        "--memory",
+        metavar="SIZE",
+        default=default(None),
+        help="memory a replay or verify may use, e.g. 1GiB (default: $MAILLEDGER_MEMORY, else"
+        " the config's [store] memory, else a quarter of the machine, at most 1 GiB);"
+        " past it they spill to disk",
+    )
+    v = g.add_mutually_exclusive_group()
+    for flags, level, what in (
+        (("-v", "--verbose"), logging.INFO, "say more on stderr (each step, each file skipped)"),
+        (("-q", "--quiet"), logging.ERROR, "errors only: no progress, no warnings, no notes"),
+        (("--debug",), logging.DEBUG, "debug log, with the IMAP conversation (secrets masked)"),
+    ):
+        v.add_argument(
+            *flags,
+            dest="log_level",
+            action="store_const",
+            const=level,
+            default=default(logging.WARNING),
+            help=what,
+        )
 
 
 def _sub(
@@ -441,6 +569,7 @@ def _sub(
         epilog=f"example:\n  {example}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _global_options(p, after_command=True)
     p.set_defaults(fn=fn)
     return p
 
@@ -460,20 +589,11 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--store",
-        type=Path,
-        default=default_store_path(env),
-        help="store directory (default: $MAILLEDGER_STORE, else $XDG_DATA_HOME/mailledger)",
+    parser.add_argument("--version", action="version", version=f"mailledger {version()}")
+    _global_options(parser, after_command=False)
+    subs = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=_Parser
     )
-    parser.add_argument(
-        "--memory",
-        metavar="SIZE",
-        help="memory a replay or verify may use, e.g. 1GiB (default: $MAILLEDGER_MEMORY, else"
-        " the config's [store] memory, else a quarter of the machine, at most 1 GiB);"
-        " past it they spill to disk",
-    )
-    subs = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = _sub(
         subs,
@@ -591,9 +711,6 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "sync IMAP and POP3 accounts (dry run unless --apply): only new mail, never a body twice",
         "mailledger sync --apply --config ~/.config/mailledger/config.toml",
     )
-    p.add_argument(
-        "--config", type=Path, help="TOML file (default $XDG_CONFIG_HOME/mailledger/config.toml)"
-    )
     p.add_argument("--apply", action="store_true", help="write to the store (default: dry run)")
     p.add_argument("--measure", action="store_true", help="STATUS per folder only; no store")
     p.add_argument("--limit", type=int, help="at most N messages per folder per run")
@@ -622,9 +739,6 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         " finish (or, with --consumer, only advance that consumer's checkpoint)",
         "mailledger dispatch --dry-run",
     )
-    p.add_argument(
-        "--config", type=Path, help="TOML file (default $XDG_CONFIG_HOME/mailledger/config.toml)"
-    )
     p.add_argument("--dry-run", action="store_true", help="show the routing; call no handler")
     p.add_argument(
         "--consumer",
@@ -644,6 +758,23 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("account")
     p.add_argument("folder")
     p.add_argument("--json", action="store_true")
+
+    p = _sub(
+        subs,
+        "completion",
+        cmd_completion,
+        "print the shell completion script (generated from this parser by shtab)",
+        "mailledger completion bash > ~/.local/share/bash-completion/completions/mailledger",
+    )
+    p.add_argument("shell", choices=["bash", "zsh", "tcsh"])
+
+    p = _sub(
+        subs,
+        "man",
+        cmd_man,
+        "print the manual page (roff, generated from this parser)",
+        "mailledger man > mailledger.1 && man -l mailledger.1",
+    )
     return parser
 
 
@@ -654,12 +785,14 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     # the owner's alone: 0700 directories, 0600 files. Restored on return (the
     # metrics textfile, written under the caller's umask, must stay readable).
     umask = os.umask(0o077)
+    logs: LogSetup | None = None
     try:
         args = build_parser(env).parse_args(argv)
         args.env = env
         args.umask = umask
-        if args.fn is not cmd_sync and args.store is None:
-            args.store = default_store_path(env)
+        logs = LogSetup(args.log_level)  # the verbosity contract: pipeline/verbosity.py
+        if args.fn not in (cmd_sync, cmd_dispatch, cmd_completion, cmd_man):
+            _resolve_store(args)  # (sync and dispatch read the whole config file)
         return int(args.fn(args))
     except (UsageError, ConfigError) as exc:
         print(f"mailledger: {exc}", file=sys.stderr)
@@ -686,6 +819,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         print(f"mailledger: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     finally:
+        if logs is not None:
+            logs.undo()
         os.umask(umask)
 
 

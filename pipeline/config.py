@@ -33,8 +33,8 @@ File shape (keys may be added, never renamed)::
     delete_after = "never"         # pop3: "never" | "stored"
     timeout = 60                   # seconds an IMAP connect or read may take; a server
                                    # stalling longer fails the folder cleanly (exit 1)
-    [store]
-    path = "/var/lib/mailledger"
+    [store]                        # read by every command, not only sync
+    path = "/var/lib/mailledger"   # relative: to this file's directory
     memory = "1GiB"                # what a replay or verify may use (default: a
                                    # quarter of the machine, at most 1 GiB)
     [metrics]
@@ -66,9 +66,11 @@ __all__ = [
     "Account",
     "Config",
     "InitialMode",
+    "StoreSettings",
     "default_config_path",
     "is_loopback",
     "load_config",
+    "load_store_settings",
     "resolve_secret",
     "tls_context",
 ]
@@ -205,6 +207,19 @@ class Config:
     dispatch: dict[str, Any]
     path: Path | None = field(default=None, compare=False)
     store_memory: int | None = None  # bytes a rebuild may use ([store] memory)
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """The ``[store]`` table alone, for the commands that only open a store.
+
+    ``path`` is ``$MAILLEDGER_STORE`` if set, else ``[store] path`` (a relative
+    one is relative to the config file's directory), else None; ``memory`` is
+    ``[store] memory`` in bytes, or None."""
+
+    path: Path | None
+    memory: int | None
+    config_file: Path
 
 
 def default_config_path(env: Mapping[str, str]) -> Path:
@@ -588,6 +603,26 @@ def load_config(path: Path, env: Mapping[str, str]) -> Config:
         path=path,
         store_memory=store_memory,
     )
+
+
+def load_store_settings(path: Path, env: Mapping[str, str]) -> StoreSettings:
+    """Read only the ``[store]`` table of the config file at ``path``.
+
+    For ``find``, ``replay`` and the other commands that open a store and talk to
+    no server: the accounts are not checked (a file that holds only ``[store]``
+    is fine), the ``[store]`` table is, as strictly as by :func:`load_config`.
+    Raises ConfigError naming the file and the key.
+    """
+    path = Path(path)
+    doc = _read_toml(path)
+    problems = _Problems(path)
+    base = path.resolve().parent
+    store_path = _optional_path(problems, doc.get("store"), "store", "path", base, env)
+    memory = _store_memory(problems, doc.get("store"))
+    problems.raise_if_any()
+    if env.get("MAILLEDGER_STORE"):
+        store_path = Path(env["MAILLEDGER_STORE"])
+    return StoreSettings(path=store_path, memory=memory, config_file=path)
 
 
 def _one_line(secret: str, where: str) -> str:

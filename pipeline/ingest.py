@@ -132,7 +132,7 @@ class WorkerPool(Executor):
                 max_workers=self.workers,
                 mp_context=ctx,
                 initializer=watch_parent,
-                initargs=(os.getpid(),),
+                initargs=(os.getpid(), logging.getLogger("mailledger").getEffectiveLevel()),
             )
         return self._pool.submit(fn, *args, **kwargs)
 

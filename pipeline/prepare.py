@@ -20,11 +20,18 @@ from stores.blobs import BlobStore, encode_blob
 __all__ = ["Prepared", "prepare", "watch_parent"]
 
 
-def watch_parent(pid: int) -> None:
+def watch_parent(pid: int, log_level: int | None = None) -> None:
     """In a worker: exit when the importing process is gone (killed with -9, say);
-    nothing else would ever tell a worker of a forkserver that its job has died."""
+    nothing else would ever tell a worker of a forkserver that its job has died.
+    ``log_level``: the parent's verbosity (``pipeline.verbosity``), so a worker's
+    warnings obey -q and its IMAP conversation shows under --debug."""
     import threading
     import time
+
+    if log_level is not None:
+        from pipeline.verbosity import LogSetup
+
+        LogSetup(log_level)  # for the life of the worker
 
     def watch() -> None:
         while True:

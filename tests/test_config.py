@@ -18,6 +18,7 @@ from pipeline.config import (
     default_config_path,
     is_loopback,
     load_config,
+    load_store_settings,
     resolve_secret,
     tls_context,
 )
@@ -201,6 +202,42 @@ def test_mailledger_store_overrides_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL + '[store]\npath = "/from/file"\n')
     assert load_config(path, {}).store_path == Path("/from/file")
     assert load_config(path, {"MAILLEDGER_STORE": "/from/env"}).store_path == Path("/from/env")
+
+
+# --- the [store] table alone, for commands that only open a store ---------------------
+
+
+def test_store_settings_read_a_file_without_accounts_relative_to_the_file(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path, '[store]\npath = "mail/store"\nmemory = "300MiB"\n')
+    settings = load_store_settings(path, {})
+    assert settings.path == tmp_path.resolve() / "mail/store"
+    assert settings.memory == 300 * 2**20
+    assert settings.config_file == path
+    assert load_store_settings(path, {"MAILLEDGER_STORE": "/env"}).path == Path("/env")
+    assert load_store_settings(write(tmp_path, "", "empty.toml"), {}).path is None
+    # accounts are not checked here (sync checks them), the [store] table is
+    full = write(tmp_path, MINIMAL + '[store]\npath = "~/m"\n', "full.toml")
+    assert load_store_settings(full, {"HOME": "/h"}).path == Path("/h/m")
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("[store]\npath = 5\n", "store.path"),
+        ('[store]\npaht = "/x"\n', "store.paht"),
+        ('[store]\nmemory = "lots"\n', "store.memory"),
+        ('store = "/x"\n', "store"),
+    ],
+)
+def test_store_settings_name_the_file_and_key_of_a_mistake(
+    tmp_path: Path, text: str, key: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_store_settings(path, {})
+    assert f"{path}: {key}:" in str(info.value)
 
 
 def test_default_config_path() -> None:
