@@ -169,16 +169,21 @@ def import_mbox(
     """Import every message of an mbox file; returns the run counts.
 
     ``progress`` counts the bytes read, out of the file's size (the number of
-    messages is known only at its end).
+    messages is known only at its end): each message's bytes as it is read, the
+    separator lines between them at the end.
     """
     path = Path(path).resolve()
     if not path.is_file():
         raise UsageError(f"{path}: not a file")
-    progress.start(path.stat().st_size, "import mbox", unit="B")
+    size = path.stat().st_size
+    progress.start(size, "import mbox", unit="B")
+    done = 0
     with worker_pool(workers) as pool, _bulk(store):
         ingest = Ingest(store, f"import:mbox:{path}", batch_size=batch_size, pool=pool)
         for n, raw in iter_mbox(path):
             ingest.offer(Incoming(raw=raw, folder=path.name, uid=n))
             progress.advance(len(raw))
+            done += len(raw)
+        progress.advance(max(0, size - done))  # the "From " lines between the messages
         ingest.flush()
     return ingest.counts

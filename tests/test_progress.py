@@ -135,14 +135,18 @@ def maildir(tmp_path: Path) -> Path:
 def test_import_maildir_on_a_terminal_shows_done_of_total_rate_and_eta(
     maildir: Path, tmp_path: Path
 ) -> None:
-    run = mailledger(["--store", str(tmp_path / "s"), "import", "maildir", str(maildir)], tty=True)
+    # (two worker processes read the files: the bar is this process's alone)
+    args = ["--store", str(tmp_path / "s"), "import", "maildir", str(maildir), "--workers", "2"]
+    run = mailledger(args, tty=True)
     assert run.code == 0, run.stderr
     states = _redraws(run.stderr)
     bars = [s for s in states if s.startswith("import maildir:") and "%|" in s]
     # done/total of the files listed, rate and ETA
     eta = re.compile(rf"\| \d+/{_MAILDIR} \[\d\d:\d\d<[\d:?]+, +[\d.?]+ msg/s\]$")
     assert any(eta.search(b) for b in bars), states
-    # the bar is gone when the command ends: its line is blank again
+    # one bar at a time (no child drew one), and it is gone when the command ends:
+    # its line is blank again, and nothing was drawn after it (at exit)
+    assert all(s.startswith("import maildir") for s in states), states
     assert run.stderr.rstrip(b" ").endswith(b"\r")
     assert b"seen=300 new=280 duplicates=20" in run.stdout and b"%|" not in run.stdout
 
@@ -263,13 +267,43 @@ class Recorder:
         self.calls: list[tuple[float, str, Any]] = []
 
     def start(self, total: int | None, label: str, *, unit: str | None = "msg") -> None:
-        self.calls.append((time.monotonic(), "start", (total, label)))
+        self.calls.append((time.monotonic(), "start", (total, label, unit)))
 
     def advance(self, n: int = 1) -> None:
         self.calls.append((time.monotonic(), "advance", n))
 
     def close(self) -> None:
         self.calls.append((time.monotonic(), "close", None))
+
+
+def test_import_mbox_counts_the_bytes_of_the_file_message_by_message(store: MessageStore) -> None:
+    from pipeline.importers import import_mbox
+
+    mbox = REPO / "fixtures" / "lists.mbox"
+    rec = Recorder()
+    counts = import_mbox(store, mbox, progress=rec)
+    assert [c[2] for c in rec.calls if c[1] == "start"] == [
+        (mbox.stat().st_size, "import mbox", "B")
+    ]
+    steps = [n for _, k, n in rec.calls if k == "advance"]
+    # each message's bytes as it is read, the separator lines between them at the end
+    assert len(steps) == counts.uids_seen + 1 and min(steps) > 0
+    assert sum(steps) == mbox.stat().st_size
+
+
+def test_import_gdbm_counts_its_records(store: MessageStore, tmp_path: Path) -> None:
+    from test_gdbm_import import _have_gnu, make_gdbm
+
+    from pipeline.gdbm_import import import_gdbm
+
+    path = make_gdbm(tmp_path / "mail.gdbm", [(f"u{i}".encode(), _message(i)) for i in range(7)])
+    rec = Recorder()
+    counts = import_gdbm(store, path, progress=rec)
+    assert counts.new_messages == 7
+    # the total where dbm.gnu counts the records; through gdbm_dump, the rate alone
+    total = 7 if _have_gnu() else None
+    assert [c[2] for c in rec.calls if c[1] == "start"] == [(total, "import gdbm", "msg")]
+    assert [n for _, k, n in rec.calls if k == "advance"] == [1] * 7
 
 
 _INBOX = 400  # four FETCHes of 100 bodies
@@ -312,7 +346,7 @@ def test_first_sync_of_a_large_folder_on_a_slow_link_advances_every_fetch_batch(
         assert sum(1 for f in proxy.fired if f.fault.kind == "stall") == _INBOX // 100
     assert report.exit_code == 0, report.as_dict()
     kinds = [k for _, k, _ in rec.calls]
-    assert kinds[0] == "start" and rec.calls[0][2] == (_INBOX, "progress INBOX")
+    assert kinds[0] == "start" and rec.calls[0][2] == (_INBOX, "progress INBOX", "msg")
     assert kinds[-1] == "close"
     steps = [(t, n) for t, k, n in rec.calls if k == "advance"]
     assert sum(n for _, n in steps) == _INBOX
