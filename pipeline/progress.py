@@ -8,14 +8,17 @@ change. The command line alone decides whether a terminal shows it
 The terminal implementation draws a tqdm bar (done/total, rate, ETA) on stderr,
 from this process only: the worker processes never report (they are started by
 a forkserver and know nothing of a bar). It redraws at least every second,
-even while no unit finishes (a large body on a slow link): the elapsed time
-moves, so a stalled transfer and a live one look different. A bar is cleared
-when it closes: what the command prints afterwards is what it prints without a
+even while no unit finishes (a FETCH of large bodies on a slow link): the
+elapsed time moves while the count waits for the batch. A bar is cleared when
+it closes: what the command prints afterwards is what it prints without a
 terminal.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -79,8 +82,6 @@ def progress_for(enabled: bool, *, delay: float = 0.0, stream: TextIO | None = N
 
 def _size(stream: TextIO) -> tuple[int, int]:
     """(columns, lines) of the terminal ``stream`` writes to (0: unknown)."""
-    import os
-
     try:
         size = os.get_terminal_size(stream.fileno())
     except (AttributeError, OSError, ValueError):
@@ -88,6 +89,7 @@ def _size(stream: TextIO) -> tuple[int, int]:
     return size.columns, size.lines
 
 
+@functools.cache
 def _bar_class() -> type[Any]:
     """tqdm, imported when a bar is first drawn (a command without one never loads it),
     with two class-wide choices of its own made on a subclass: no monitor thread
@@ -95,19 +97,13 @@ def _bar_class() -> type[Any]:
     throttling of its own), and a thread lock rather than tqdm's default
     multiprocessing one: bars are drawn from this process only, and a
     multiprocessing lock is a semaphore for nothing."""
-    global _BAR
-    if _BAR is None:
-        from tqdm import tqdm
+    from tqdm import tqdm
 
-        class _Bar(tqdm):  # type: ignore[misc]
-            monitor_interval = 0
+    class _Bar(tqdm):  # type: ignore[misc]
+        monitor_interval = 0
 
-        _Bar.set_lock(threading.RLock())
-        _BAR = _Bar
-    return _BAR
-
-
-_BAR: type[Any] | None = None
+    _Bar.set_lock(threading.RLock())
+    return _Bar
 
 
 class TerminalProgress:
@@ -185,8 +181,6 @@ class TerminalProgress:
             return
         if self._clock() - self._t0 < self.delay:
             return
-        import sys
-
         total, label, unit = self._task
         stream = self._stream if self._stream is not None else sys.stderr
         kwargs: dict[str, Any] = {}
