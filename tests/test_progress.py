@@ -400,3 +400,26 @@ def test_sync_on_a_terminal_redraws_its_folder_bar_at_least_every_two_seconds(
     counts = [int(m.group(1)) for _, s in drawn if (m := re.search(r"(\d+)/400 \[", s))]
     assert counts[0] < counts[-1] and counts[-1] >= 300, counts  # the count moved
     assert b"%|" not in run.stdout and b"new=400 bodies=400" in run.stdout
+
+
+@pytest.mark.usefixtures("dovecot")
+def test_pop3_download_advances_message_by_message(
+    dovecot: Any, imap_user: Any, tmp_path: Path
+) -> None:
+    imap_user("plain")
+    dovecot.bulk_maildir("plain", "INBOX", [_message(i) for i in range(12)])
+    path = tmp_path / "config.toml"
+    path.write_text(dovecot.account_toml("plain", name="pop", type="pop3"))
+    config = load_config(path, dovecot.password_env())
+    rec = Recorder()
+    with MessageStore.open(tmp_path / "store") as store:
+        report = sync_accounts(
+            store, config, dovecot.password_env(), SyncOptions(apply=True),
+            emit=lambda _: None, progress=rec,
+        )  # fmt: skip
+    assert report.exit_code == 0, report.as_dict()
+    assert [(k, v) for _, k, v in rec.calls] == [
+        ("start", (12, "pop INBOX", "msg")),
+        *[("advance", 1)] * 12,
+        ("close", None),
+    ]
