@@ -19,6 +19,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+from pipeline.progress import Progress, progress_for
 from pipeline.verbosity import LogSetup, progress_wanted
 from stores.errors import (
     ConfigError,
@@ -77,20 +78,11 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, default=_json_default, ensure_ascii=False, indent=None))
 
 
-class _Progress:
-    """A progress line on a terminal; silent under cron or in a pipe."""
-
-    def __init__(self, label: str, enabled: bool) -> None:
-        self.label = label
-        self.enabled = enabled
-
-    def __call__(self, n: int) -> None:
-        if self.enabled and n % 500 == 0:
-            print(f"\r{self.label}: {n} messages", end="", file=sys.stderr, flush=True)
-
-    def done(self) -> None:
-        if self.enabled:
-            print("", file=sys.stderr)
+def _progress(args: argparse.Namespace, *, delay: float = 0.0) -> Progress:
+    """The progress display of a long command: a bar on stderr when it is a terminal,
+    unless the run is quiet (``-q``: see ``pipeline.verbosity``); nothing under cron
+    or in a pipe. ``delay``: seconds before a bar shows."""
+    return progress_for(progress_wanted(sys.stderr), delay=delay)
 
 
 def _memory(args: argparse.Namespace) -> int | None:
@@ -154,14 +146,20 @@ def cmd_import(args: argparse.Namespace) -> int:
     from pipeline.gdbm_import import import_gdbm
     from pipeline.importers import import_maildir, import_mbox
 
-    progress = _Progress(f"import {args.kind}", progress_wanted())
-    with _open(args, create=True) as store:
-        fn = {"maildir": import_maildir, "mbox": import_mbox, "gdbm": import_gdbm}[args.kind]
-        workers = args.workers if args.workers is not None else min(4, os.cpu_count() or 1)
-        counts = fn(
-            store, Path(args.path), batch_size=args.batch_size, progress=progress, workers=workers
-        )
-    progress.done()
+    progress = _progress(args)
+    try:
+        with _open(args, create=True) as store:
+            fn = {"maildir": import_maildir, "mbox": import_mbox, "gdbm": import_gdbm}[args.kind]
+            workers = args.workers if args.workers is not None else min(4, os.cpu_count() or 1)
+            counts = fn(
+                store,
+                Path(args.path),
+                batch_size=args.batch_size,
+                progress=progress,
+                workers=workers,
+            )
+    finally:
+        progress.close()
     if args.json:
         _print_json(counts.as_dict())
     else:
@@ -182,9 +180,15 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     import time
 
+    progress = _progress(args)
     with _open(args) as store:
         t0 = time.perf_counter()
-        last = store.reindex()
+        # (one bulk rebuild in DuckDB: its size and the time it has taken are shown)
+        progress.start(None, f"replay: {store.log.last_seq():,} events", unit=None)
+        try:
+            last = store.reindex()
+        finally:
+            progress.close()
         took = time.perf_counter() - t0
     msg = {"events": last, "seconds": round(took, 3)}
     if args.json:
@@ -288,8 +292,12 @@ def cmd_query(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from pipeline.store import MessageStore
 
+    progress = _progress(args)
     with MessageStore.open(args.store, create=False, check=False) as store:  # lists every problem
-        problems = store.verify(blobs=not args.no_blobs)
+        try:
+            problems = store.verify(blobs=not args.no_blobs, progress=progress)
+        finally:
+            progress.close()
         events = store.log.last_seq()
     if args.json:
         _print_json({"ok": not problems, "events": events, "problems": problems})
@@ -376,6 +384,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
             return  # -q: errors, alarms and the summary of a failed run only
         print(line, file=out, flush=True)
 
+    progress = _progress(args, delay=0.5)  # (a folder of a few new messages: no bar)
     stop = threading.Event()
     if args.watch:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -390,7 +399,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
                 budget = _memory(args) or config.store_memory
                 if budget is not None:
                     store.memory_budget = budget
-                report = sync_accounts(store, config, env, opts, emit=emit, only=only)
+                report = sync_accounts(
+                    store, config, env, opts, emit=emit, only=only, progress=progress
+                )
         else:  # dry run: read the cursors if a store exists, write nothing anywhere
             with tempfile.TemporaryDirectory(prefix="mailledger-dry-") as tmp:
                 exists = (Path(store_path) / "store.json").exists()

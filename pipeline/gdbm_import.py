@@ -33,12 +33,13 @@ import itertools
 import shutil
 import subprocess
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from pipeline.importers import worker_pool
 from pipeline.ingest import Incoming, Ingest, RunCounts
 from pipeline.parse import parse_message
+from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.store import MessageStore
 from stores.errors import SourceError, UsageError
 
@@ -48,8 +49,6 @@ __all__ = [
     "legacy_bytes",
     "synthetic_uidl_id",
 ]
-
-Progress = Callable[[int], None]
 
 _BOM = b"\xef\xbb\xbf"
 REMEDY = (
@@ -118,6 +117,23 @@ def iter_gdbm(path: Path) -> Iterator[tuple[bytes, bytes]]:
         db.close()
 
 
+def _record_count(path: Path) -> int | None:
+    """The number of records of a GDBM file, or None where this Python has no
+    ``dbm.gnu`` (GDBM counts them from its bucket directory, not the values)."""
+    try:
+        import dbm.gnu as gnu
+    except ImportError:
+        return None
+    try:
+        db = gnu.open(str(path), "r")  # noqa: SIM115 (closed in the finally below)
+    except gnu.error:
+        return None
+    try:
+        return len(db)
+    finally:
+        db.close()
+
+
 def _iter_dump(path: Path) -> Iterator[tuple[bytes, bytes]]:
     """Records through ``gdbm_dump``'s ASCII format: ``#:len=N`` then base64 lines."""
     tool = shutil.which("gdbm_dump")
@@ -177,25 +193,27 @@ def import_gdbm(
     path: Path,
     *,
     batch_size: int = 1000,
-    progress: Progress | None = None,
+    progress: Progress = NO_PROGRESS,
     workers: int = 0,
 ) -> RunCounts:
     """Import every message of a legacy GDBM UIDL store; returns the run counts.
 
     ``workers`` processes parse and compress in parallel (0: all in this one).
+    ``progress`` counts the records, out of the file's count where ``dbm.gnu``
+    tells it (``gdbm_dump`` streams: the rate alone is shown).
     """
     path = Path(path).resolve()
     records = iter_gdbm(path)
     first = next(records, None)  # a file that cannot be read fails before any pool starts
+    progress.start(_record_count(path) if progress is not NO_PROGRESS else None, "import gdbm")
     with worker_pool(workers if first is not None else 0) as pool:
         ingest = Ingest(store, f"import:gdbm:{path}", batch_size=batch_size, pool=pool)
         rest = records if first is None else itertools.chain([first], records)
-        for n, (key, value) in enumerate(rest, 1):
+        for key, value in rest:
             uidl = _key_text(key)
             raw = legacy_bytes(value)
             message_id = synthetic_uidl_id(uidl) if parse_message(raw).synthetic_id else None
             ingest.offer(Incoming(raw=raw, folder=path.name, uidl=uidl, message_id=message_id))
-            if progress is not None:
-                progress(n)
+            progress.advance()
         ingest.flush()
     return ingest.counts

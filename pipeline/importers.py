@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from pipeline.ingest import Incoming, Ingest, RunCounts, worker_pool
+from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.store import MessageStore
 from stores.errors import UsageError
 
 __all__ = ["import_maildir", "import_mbox", "iter_maildir", "iter_mbox", "worker_pool"]
-
-Progress = Callable[[int], None]
 
 # Files a mail client or server keeps beside the messages; never mail.
 _NOT_MAIL_PREFIXES = (".", "dovecot", "courier", "maildirfolder", "subscriptions")
@@ -81,18 +80,23 @@ def import_maildir(
     root: Path,
     *,
     batch_size: int = 1000,
-    progress: Progress | None = None,
+    progress: Progress = NO_PROGRESS,
     workers: int = 0,
 ) -> RunCounts:
     """Import every message of a Maildir tree; returns the run counts.
 
     ``workers`` processes read, parse, compress and store the messages in
     parallel (0: all in this one); this one lists the files and commits. A file
-    that cannot be read is counted as an error with its name.
+    that cannot be read is counted as an error with its name. ``progress``
+    counts the messages offered, out of the files listed first (a listing
+    costs no file's content, and only when a progress display asks for it).
     """
     root = Path(root).resolve()
     if not root.is_dir():
         raise UsageError(f"{root}: not a directory")
+    if progress is not NO_PROGRESS:
+        progress.start(None, f"import maildir: listing {root}", unit=None)
+        progress.start(sum(1 for _ in _maildir_files(root)), "import maildir")
     with worker_pool(workers) as pool, _bulk(store):
         # no message bytes are held here: batches can wait for their commit while
         # the workers prepare the next ones (they go on while this process folds)
@@ -103,14 +107,13 @@ def import_maildir(
             pool=pool,
             lookahead=3,
         )
-        for n, (folder, unique, path) in enumerate(_maildir_files(root), 1):
+        for folder, unique, path in _maildir_files(root):
             try:
                 size = os.stat(path).st_size  # bounds the batch (batch_bytes)
             except OSError:
                 size = 0  # the reader names the error
             ingest.offer(Incoming(raw=b"", folder=folder, uidl=unique, path=path, size=size))
-            if progress is not None:
-                progress(n)
+            progress.advance()
         ingest.flush()
     return ingest.counts
 
@@ -160,18 +163,27 @@ def import_mbox(
     path: Path,
     *,
     batch_size: int = 1000,
-    progress: Progress | None = None,
+    progress: Progress = NO_PROGRESS,
     workers: int = 0,
 ) -> RunCounts:
-    """Import every message of an mbox file; returns the run counts."""
+    """Import every message of an mbox file; returns the run counts.
+
+    ``progress`` counts the bytes read, out of the file's size (the number of
+    messages is known only at its end): each message's bytes as it is read, the
+    separator lines between them at the end.
+    """
     path = Path(path).resolve()
     if not path.is_file():
         raise UsageError(f"{path}: not a file")
+    size = path.stat().st_size
+    progress.start(size, "import mbox", unit="B")
+    done = 0
     with worker_pool(workers) as pool, _bulk(store):
         ingest = Ingest(store, f"import:mbox:{path}", batch_size=batch_size, pool=pool)
         for n, raw in iter_mbox(path):
             ingest.offer(Incoming(raw=raw, folder=path.name, uid=n))
-            if progress is not None:
-                progress(n)
+            progress.advance(len(raw))
+            done += len(raw)
+        progress.advance(max(0, size - done))  # the "From " lines between the messages
         ingest.flush()
     return ingest.counts

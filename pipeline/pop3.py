@@ -42,6 +42,7 @@ from typing import Any
 
 from pipeline.config import Account, resolve_secret, tls_context
 from pipeline.ingest import Incoming, Ingest
+from pipeline.progress import NO_PROGRESS, Progress, counted
 from pipeline.store import MessageStore
 from pipeline.sync import AccountReport, FolderReport, SyncOptions
 from stores.errors import MailledgerError, SourceError, TerminalSourceError, TransientSourceError
@@ -361,8 +362,10 @@ class _Pop3Sync:
         opts: SyncOptions,
         report: AccountReport,
         emit: Callable[[str], None],
+        progress: Progress = NO_PROGRESS,
     ) -> None:
         self.store = store
+        self.progress = progress  # messages downloaded
         self.src = src
         self.account = account
         self.opts = opts
@@ -412,8 +415,9 @@ class _Pop3Sync:
 
         ingest = Ingest(self.store, name, batch_size=100, batch_bytes=8 << 20, network=True)
         fetched: list[tuple[Pop3Entry, str]] = []
+        self.progress.start(len(take), f"{name} {FOLDER}")
         try:
-            for e in take:
+            for e in counted(take, self.progress):  # (RETR: a message at a time)
                 try:
                     raw = self.src.retr(e.number)
                 except TransientSourceError:
@@ -437,6 +441,7 @@ class _Pop3Sync:
                 log.warning("%s: could not store the messages fetched so far: %s", name, exc)
             raise
         finally:
+            self.progress.close()
             c = ingest.counts
             fr.bodies, fr.known, fr.errors = c.bodies_fetched, c.known_skipped, c.errors
             self.report.counts.add(c)
@@ -509,6 +514,7 @@ def sync_pop3_account(
     *,
     emit: Callable[[str], None],
     source_factory: Callable[[Account, str], Pop3Source] = Pop3Source,
+    progress: Progress = NO_PROGRESS,
 ) -> AccountReport:
     """Sync one POP3 account; every failure is confined to its report."""
     ar = AccountReport(name=account.name)
@@ -524,7 +530,7 @@ def sync_pop3_account(
                 src.quit()
                 return ar
             assert store is not None
-            fr = _Pop3Sync(store, src, account, opts, ar, emit).run()
+            fr = _Pop3Sync(store, src, account, opts, ar, emit, progress).run()
             emit(fr.line(account.name))
     except MailledgerError as exc:
         ar.error = str(exc)

@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from pipeline.clock import Clock, SystemClock, new_run_id
 from pipeline.parse import ParsedMessage, parse_message
+from pipeline.progress import NO_PROGRESS, Progress
 from projections.fold import (
     FOLD_SCHEMA,
     applied_seq,
@@ -951,8 +952,11 @@ class MessageStore:
 
     # -- integrity ------------------------------------------------------------
     @_uses_db
-    def verify(self, *, blobs: bool = True) -> list[str]:
-        """Problems found: log damage, missing or corrupt blobs, projections that drifted."""
+    def verify(self, *, blobs: bool = True, progress: Progress = NO_PROGRESS) -> list[str]:
+        """Problems found: log damage, missing or corrupt blobs, projections that drifted.
+
+        ``progress``: told of each step (the log, each blob, the fresh replay)."""
+        progress.start(None, "verify: the log", unit=None)
         problems = self.log.verify()
         if problems:
             return problems
@@ -964,6 +968,12 @@ class MessageStore:
         have = fingerprint(con)
         if blobs:
             # streamed: a million hashes are never a Python list
+            if progress is not NO_PROGRESS:  # (one scan more, before reading every blob)
+                total = con.execute(
+                    "SELECT count(DISTINCT sha256) FROM locations"
+                    " WHERE message_id IN (SELECT message_id FROM messages)"
+                ).fetchall()[0][0]
+                progress.start(total, "verify: blobs", unit="blob")
             reader = con.sql(
                 "SELECT DISTINCT sha256 FROM locations"
                 " WHERE message_id IN (SELECT message_id FROM messages) ORDER BY 1"
@@ -974,6 +984,7 @@ class MessageStore:
                         self.blobs.get(sha)
                     except Exception as exc:
                         problems.append(str(exc))
+                    progress.advance()
             # a pack whose index is damaged, even when every blob it still holds reads
             self.blobs.check_packs()
             problems.extend(sorted(self.blobs.damaged.values()))
@@ -982,6 +993,7 @@ class MessageStore:
         self.close()
         # a file, not memory: a large store's replay spills to disk
         scratch = self.root / "projections.verify.duckdb"
+        progress.start(None, f"verify: a fresh replay of {last:,} events", unit=None)
         with self._building(scratch):
             fresh = self._build_connection(scratch)
             try:

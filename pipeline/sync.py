@@ -39,6 +39,7 @@ from pipeline.imap import (
 from pipeline.imap_fetch import Fetched, fetch_bodies, fetch_prepared
 from pipeline.ingest import Incoming, Ingest, RunCounts, WorkerPool, worker_pool
 from pipeline.parse import synthetic_message_id
+from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.store import MessageStore
 from stores.errors import MailledgerError, SourceError
 from stores.events import CursorMoved, LocationVanished, UidvalidityChanged
@@ -247,8 +248,10 @@ class _FolderSync:
         report: AccountReport,
         pool: WorkerPool | None = None,
         secret: str | None = None,
+        progress: Progress = NO_PROGRESS,
     ) -> None:
         self.store = store
+        self.progress = progress  # bodies fetched, per folder
         self.pool = pool
         self.secret = secret  # for the workers' own connections
         self.src = src
@@ -456,6 +459,7 @@ class _FolderSync:
             # a few bodies (a cron delta, a rescan's stragglers) are parsed here:
             # starting the worker processes would cost more (0.4-0.5 s)
             ingest.pool = None
+        self.progress.start(len(to_fetch), f"{self.account.name} {folder}")
         try:
             if self._in_workers(to_fetch):
                 self._fetch_in_workers(folder, state, to_fetch, failed, ingest, fr, present)
@@ -465,6 +469,8 @@ class _FolderSync:
             ingest.flush()  # keep what was fetched; the cursor stays where it was
             self.report.counts.add(ingest.counts)
             raise
+        finally:
+            self.progress.close()
         for uid in failed:
             ingest.error(f"{self.account.name} {folder} uid={uid}", "FETCH failed")
         fr.failed_uids = sorted(failed)
@@ -527,6 +533,7 @@ class _FolderSync:
                     )
                 )
                 present.add(env.uid)
+            self.progress.advance(len(chunk))  # a FETCH of at most 100 bodies or 8 MB
 
     def _in_workers(self, to_fetch: list[Envelope]) -> bool:
         """Whether worker processes fetch these bodies on connections of their own:
@@ -601,6 +608,7 @@ class _FolderSync:
                     present.add(uid)
                 failed.extend(done.failed)
                 _gone(ingest, fr, len(done.vanished))
+                self.progress.advance(len(done.got) + len(done.failed) + len(done.vanished))
         finally:
             for fut in pending:
                 fut.cancel()
@@ -775,8 +783,11 @@ def sync_accounts(
     emit: Callable[[str], None],
     only: set[str] | None = None,
     source_factory: Callable[[Account, str], ImapSource] = ImapSource,
+    progress: Progress = NO_PROGRESS,
 ) -> RunReport:
-    """Sync every configured IMAP and POP3 account (failures isolated per account)."""
+    """Sync every configured IMAP and POP3 account (failures isolated per account).
+
+    ``progress``: told of each folder's bodies to fetch, as they arrive."""
     report = RunReport(run_id=store.run_id if store else "measure", applied=opts.apply)
     saved = store.fold_every if store else 0
     if store is not None:
@@ -786,7 +797,9 @@ def sync_accounts(
             for name, account in config.accounts.items():
                 if only and name not in only:
                     continue
-                _sync_account(store, name, account, env, opts, report, emit, source_factory, pool)
+                _sync_account(
+                    store, name, account, env, opts, report, emit, source_factory, pool, progress
+                )
     finally:
         if store is not None:
             store.fold_every = saved
@@ -803,11 +816,14 @@ def _sync_account(
     emit: Callable[[str], None],
     source_factory: Callable[[Account, str], ImapSource],
     pool: WorkerPool | None,
+    progress: Progress = NO_PROGRESS,
 ) -> None:
     if account.type == "pop3":
         from pipeline.pop3 import sync_pop3_account
 
-        report.accounts[name] = sync_pop3_account(store, account, env, opts, emit=emit)
+        report.accounts[name] = sync_pop3_account(
+            store, account, env, opts, emit=emit, progress=progress
+        )
         return
     if account.type != "imap":
         return
@@ -840,7 +856,7 @@ def _sync_account(
                     )
                     continue
                 assert store is not None
-                fr = _FolderSync(store, src, account, opts, ar, pool, secret).run(
+                fr = _FolderSync(store, src, account, opts, ar, pool, secret, progress).run(
                     info.name, emit, report.alarms
                 )
                 emit(fr.line(name))
