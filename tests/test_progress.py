@@ -207,11 +207,10 @@ def test_progress_shows_only_on_a_terminal_and_not_when_logging_is_quieter_than_
         monkeypatch.setattr(sys, "stderr", tty)
         assert isinstance(cli._progress(args), TerminalProgress)
         logger = logging.getLogger("mailledger")
-        monkeypatch.setattr(logger, "level", logging.ERROR)  # -q on branch cli-conventions
+        monkeypatch.setattr(logger, "level", logging.ERROR)  # what -q sets (pipeline.verbosity)
         assert cli._progress(args) is NO_PROGRESS
         monkeypatch.setattr(logger, "level", logging.NOTSET)
         assert isinstance(cli._progress(args), TerminalProgress)
-        assert cli._progress(argparse.Namespace(quiet=True)) is NO_PROGRESS
     with open(tmp_path / "err", "w") as cron:
         monkeypatch.setattr(sys, "stderr", cron)
         assert cli._progress(args) is NO_PROGRESS
