@@ -355,7 +355,6 @@ def cmd_sync(args: argparse.Namespace) -> int:
     import threading
 
     from pipeline.config import default_config_path, load_config
-    from pipeline.metrics import write_metrics
     from pipeline.store import MessageStore
     from pipeline.sync import SyncOptions, sync_accounts, wait_for_change
 
@@ -419,6 +418,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
         )
         if metrics_file and opts.apply:
             from pipeline.clock import SystemClock
+            from pipeline.metrics import write_metrics  # (prometheus-client: 50 ms of imports)
 
             private = os.umask(getattr(args, "umask", 0o022))  # node_exporter must read it
             try:
