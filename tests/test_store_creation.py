@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
 import pytest
 
+from pipeline.importers import import_maildir
 from pipeline.store import MessageStore
 from stores.errors import UsageError
 
@@ -84,6 +88,7 @@ def _run_at_once(commands: list[list[str]]) -> list[tuple[int, str]]:
                 p.wait()
 
 
+@pytest.mark.slow
 def test_concurrent_imports_into_a_new_store_all_succeed(tmp_path: Path) -> None:
     for rnd in range(_ROUNDS):
         store_dir = tmp_path / f"store{rnd}" / "nested"  # its parent does not exist either
@@ -105,6 +110,53 @@ def test_concurrent_imports_into_a_new_store_all_succeed(tmp_path: Path) -> None
             assert store.verify() == []
         markers = sorted(p.name for p in store_dir.iterdir() if p.name.startswith("store.json"))
         assert markers == ["store.json"], "a creator left its temporary marker behind"
+
+
+def _importer(tasks: Queue[tuple[str, str] | None], results: Queue[str], gate: Barrier) -> None:
+    """A process that, for each (store, Maildir) task, waits for the others, then
+    opens the store (creating it if need be) and imports the Maildir into it, as
+    ``mailledger import maildir`` does; puts "" or what went wrong."""
+    while (task := tasks.get()) is not None:
+        root, maildir = task
+        gate.wait(timeout=120)
+        try:
+            with MessageStore.open(root) as store:
+                import_maildir(store, Path(maildir))
+            results.put("")
+        except Exception as exc:  # reported: the test shows each one
+            results.put(f"{type(exc).__name__}: {exc}")
+
+
+@pytest.mark.slow
+def test_processes_importing_into_a_new_store_at_once_lose_nothing(tmp_path: Path) -> None:
+    """Many rounds of the race cheaply: the processes start once and meet at a
+    barrier for each new store (the store file, then the projection file, first)."""
+    ctx = multiprocessing.get_context("spawn")  # (no fork of a process running DuckDB)
+    gate = ctx.Barrier(_PROCESSES)
+    results: Queue[str] = ctx.Queue()
+    queues: list[Queue[tuple[str, str] | None]] = [ctx.Queue() for _ in range(_PROCESSES)]
+    workers = [ctx.Process(target=_importer, args=(q, results, gate)) for q in queues]
+    for w in workers:
+        w.start()
+    try:
+        for rnd in range(30):
+            root = tmp_path / f"s{rnd}"
+            expected: set[str] = set()
+            for p, q in enumerate(queues):
+                src = tmp_path / f"r{rnd}p{p}"
+                expected |= _maildir(src, f"r{rnd}p{p}")
+                q.put((str(root), str(src)))
+            errors = [e for e in (results.get(timeout=300) for _ in queues) if e]
+            assert errors == [], f"round {rnd}"
+            with MessageStore.open(root, create=False) as store:
+                assert set(store.message_ids()) == expected
+    finally:
+        for q in queues:
+            q.put(None)
+        for w in workers:
+            w.join(timeout=60)
+            if w.is_alive():
+                w.kill()
 
 
 @pytest.fixture
