@@ -339,7 +339,8 @@ _DAY = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
 _MAX_OFFSET_S = 100 * 3600
 
 # RFC 5322 §3.3 with the obsolete forms of §4.3, read after the comments are
-# gone and the white space is squeezed (``_squeeze_date``): an optional day of
+# gone and the white space is squeezed to single spaces (``_squeeze_date``), a
+# space allowed around every part (obs-FWS is optional there): an optional day of
 # week (its comma optional too, as it is seen written), day, month and year
 # (the RFC 850 dashes allowed), the time (its seconds optional, an AM/PM seen in
 # the wild), and a zone. The zone is taken loosely here (any run of signs, any
@@ -350,7 +351,7 @@ _MAX_OFFSET_S = 100 * 3600
 _RFC_DATE = re.compile(
     r"(?:[a-z]+ ?,? ?)?"
     r"(?P<day>\d{1,2})[ -]?(?P<month>[a-z]+)[ -]?(?P<year>\d{1,6}) "
-    r"(?P<hour>\d{1,2}):(?P<minute>\d{2})(?::(?P<second>\d{2})(?P<fraction>\.\d{1,9})?)?"
+    r"(?P<hour>\d{1,2}) ?: ?(?P<minute>\d{2})(?: ?: ?(?P<second>\d{2})(?P<fraction>\.\d{1,9})?)?"
     r"(?: ?(?P<ampm>[ap]\.?m\.?)(?![a-z]))?"
     r"(?: ?(?P<zone>(?P<sign>[-+\u2212]+)(?P<digits>\d{1,6})(?::(?P<zminutes>\d{2}))?"
     r"|[a-z]{1,12})(?: [a-z]{1,12})?)?",
@@ -486,8 +487,8 @@ def parse_date(value: str | None) -> tuple[datetime | None, int | None]:
 
 def _squeeze_date(value: str) -> str:
     """``value`` without its comments (nested, with quoted pairs; an unclosed one
-    runs to the end), its white space squeezed to single spaces, none around
-    ``:`` and ``,``. Linear in the length of ``value``."""
+    runs to the end), its white space squeezed to single spaces. Linear in the
+    length of ``value``."""
     if "(" in value:
         out: list[str] = []
         depth = 0
@@ -500,7 +501,7 @@ def _squeeze_date(value: str) -> str:
             elif not depth:
                 out.append(token)
         value = "".join(out)
-    return re.sub(r" ?([:,]) ?", r"\1", " ".join(value.split()))
+    return " ".join(value.split())
 
 
 def _year(digits: str, repairs: list[str]) -> int | None:
