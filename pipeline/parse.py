@@ -24,7 +24,7 @@ from projections.normalize import (
     msgid_list,
     normalize_list_id,
     normalize_msgid,
-    parse_date,
+    read_date,
 )
 
 __all__ = ["ParsedMessage", "parse_message", "synthetic_message_id"]
@@ -88,7 +88,8 @@ def parse_message(raw: bytes) -> ParsedMessage:
 
     ``sha256`` and ``size`` describe ``raw`` exactly as given; a leading UTF-8
     BOM is skipped before the headers are read. Problems are listed in
-    ``defects`` (``no-message-id``, ``bad-date``, ``bad-encoding:Subject``...).
+    ``defects`` (``no-message-id``, ``bad-date``, ``date-repaired:year``,
+    ``bad-encoding:Subject``...).
     ``bytearray`` and ``memoryview`` are accepted too.
     """
     if isinstance(raw, bytearray | memoryview):
@@ -277,11 +278,13 @@ def _message_id(value: str | None, digest: str, defects: list[str]) -> tuple[str
 
 
 def _date(value: str | None, defects: list[str]) -> tuple[datetime | None, int | None]:
-    """Return the parsed first Date header, noting ``no-date`` / ``bad-date``."""
+    """Return the parsed first Date header, noting ``no-date`` / ``bad-date``, and
+    ``date-repaired:...`` for each assumption its reading took (RFC 5322 §4.3)."""
     if value is None:
         defects.append("no-date")
         return None, None
-    parsed = parse_date(value)
-    if parsed[0] is None:
+    reading = read_date(value)
+    if reading.utc is None:
         defects.append("bad-date")
-    return parsed
+    defects.extend(reading.repairs)
+    return reading.utc, reading.offset_min

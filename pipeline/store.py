@@ -158,20 +158,10 @@ class MessageStore:
         if not marker.exists():
             if not create:
                 raise NotFoundError(f"{root}: no mailledger store here")
-            # (a store.json.tmp alone is a creation that crashed before its rename)
-            if root.exists() and any(
-                p.name not in ("store.json", "store.json.tmp") for p in root.iterdir()
-            ):
-                raise UsageError(f"{root}: exists, is not empty and is not a mailledger store")
-            root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            tmp = root / "store.json.tmp"
-            tmp.write_text(json.dumps(_FORMAT) + "\n")
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, marker)
-        else:
-            meta = json.loads(marker.read_text())
-            if meta.get("format") != _FORMAT["format"] or meta.get("version") != 1:
-                raise UsageError(f"{marker}: unknown store format {meta!r}")
+            _create_marker(root, marker)
+        meta = json.loads(marker.read_text())
+        if meta.get("format") != _FORMAT["format"] or meta.get("version") != 1:
+            raise UsageError(f"{marker}: unknown store format {meta!r}")
         store = cls(root, clock=clock, run_id=run_id)
         store.log.create()
         store.blobs.create()
@@ -219,6 +209,8 @@ class MessageStore:
         if self._con is not None and not self._con_rw:
             self.close()
         if self._con is None:
+            if not self.db_path.exists():
+                self._create_projections()
             self._con = db.connect(self.db_path, read_only=False)
             self._con_rw = True
             if not _current(self._con):
@@ -678,6 +670,30 @@ class MessageStore:
             os.replace(tmp, self.db_path)
         return last
 
+    def _create_projections(self) -> None:
+        """Build the projection file of a store that has none (a new store, or one
+        whose file was deleted) beside it, and put it in place only if it is still
+        absent. A connection would otherwise create an empty file that another
+        process, finding it empty, replaced with its rebuild under the feet of a
+        third that held it (a WAL written for one file, replayed into the other)."""
+        tmp = self.db_path.with_suffix(".duckdb.rebuild")
+        with self._building(tmp):  # creators take turns with each other and rebuilds
+            if self.db_path.exists():
+                return  # made by the creator we waited for
+            con = self._build_connection(tmp)
+            try:
+                self._rebuild(con, scratch=Path(str(tmp) + ".stage"))
+                con.execute("CHECKPOINT")
+            finally:
+                con.close()
+            os.chmod(tmp, 0o600)
+            try:
+                os.link(tmp, self.db_path)
+            except FileExistsError:
+                pass  # made behind the lock (not by a store): that one stays
+            except OSError:
+                os.replace(tmp, self.db_path)  # no hard links here; absent, under the lock
+
     # -- reading --------------------------------------------------------------
     @_uses_db
     def get(self, msg_id: str) -> dict[str, Any] | None:
@@ -1053,6 +1069,51 @@ class MessageStore:
         shutil.rmtree(base + ".tmp", ignore_errors=True)
         for path in self._build_files():  # (a killed rebuild's staged events hold mail)
             _remove_build_files(path)
+
+
+def _is_marker_temp(name: str) -> bool:
+    """A creator's temporary marker (``store.json.tmp`` of older versions,
+    ``store.json.{pid}.{random}.tmp`` now): left alone by a crash before its link."""
+    return name.startswith("store.json.") and name.endswith(".tmp")
+
+
+def _create_marker(root: Path, marker: Path) -> None:
+    """Make ``root`` a store by publishing its ``store.json``, safe against other
+    processes creating the same store at the same moment.
+
+    The marker is written in full under a name of this process's own, fsynced,
+    then hard-linked to ``store.json``: the link succeeds for exactly one creator,
+    and every other one finds the winner's complete marker and opens that store.
+    Nothing else of the store exists before its marker, so a directory holding
+    anything but markers (or a winner's marker) is someone else's and refused.
+    """
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if any(not (p.name == marker.name or _is_marker_temp(p.name)) for p in root.iterdir()):
+        if not marker.exists():  # (a concurrent creator may have won meanwhile)
+            raise UsageError(f"{root}: exists, is not empty and is not a mailledger store")
+        return
+    tmp = root / f"{marker.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(_FORMAT) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, marker)
+        except FileExistsError:
+            pass  # another creator won: its marker is the store's
+        except OSError:
+            # a file system without hard links: the markers of concurrent creators
+            # are identical, so a rename over the winner's changes nothing
+            os.replace(tmp, marker)
+    finally:
+        tmp.unlink(missing_ok=True)
+    dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
 
 
 def _current(con: duckdb.DuckDBPyConnection) -> bool:
