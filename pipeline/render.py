@@ -156,6 +156,15 @@ def _size(n: int) -> str:
     return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
 
 
+# C0 and C1 controls but tab and newline: a terminal would obey them (an escape
+# sequence in a Subject could retitle the window or hide text)
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    return _CONTROLS.sub("\ufffd", text)
+
+
 def render_text(headers: Sequence[tuple[str, str]], raw: bytes) -> str:
     """The message as ``show`` prints it: the decoded From, To, Cc, Date, Subject and
     Message-ID headers (``headers``: name, decoded value, as the log records
@@ -176,4 +185,4 @@ def render_text(headers: Sequence[tuple[str, str]], raw: bytes) -> str:
         lines.append("(the message has no text part)")
     lines.append("")
     lines.append(text.body)
-    return "\n".join(lines).rstrip("\n") + "\n"
+    return _printable("\n".join(lines).rstrip("\n")) + "\n"

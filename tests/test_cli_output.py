@@ -146,6 +146,22 @@ def test_show_reduces_an_html_only_body_to_readable_text(
     assert "HTML only" in out.split("\n\n", 1)[0]
 
 
+def test_show_never_passes_terminal_control_sequences_through(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = _maildir(tmp_path / "md")
+    _put(
+        src / "cur" / "1:2,",
+        b"Subject: =?UTF-8?Q?hi_=1B]0;owned=07?= there\r\nMessage-ID: <esc@x>\r\n\r\n"
+        b"body \x1b[2J cleared?\tTab kept\r\n",
+    )
+    store = tmp_path / "store"
+    assert run(capsys, store, "import", "maildir", str(src))[0] == 0
+    code, out, _ = run(capsys, store, "show", "esc@x")
+    assert code == 0 and "\x1b" not in out and "\x07" not in out
+    assert "owned" in out and "cleared?\tTab kept" in out
+
+
 def test_show_raw_keeps_the_exact_bytes(tmp_path: Path, filled: Path) -> None:
     done = subprocess.run(
         [*MAILLEDGER, "--store", str(filled), "show", "--raw", "encoded@example.pl"],
