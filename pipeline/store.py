@@ -827,8 +827,12 @@ class MessageStore:
         create_query_views(con, events_sql(con, files), temp=True)
 
     def _log_glob(self) -> str:
-        """What the file's ``events`` view reads: every log file, by absolute path."""
-        return str(self.log.root.resolve() / "*.parquet")
+        """What the file's ``events`` view reads: every log file, by absolute path
+        (the directory's own ``[``, ``*`` and ``?`` escaped as one-character classes:
+        DuckDB's glob knows no backslash escape)."""
+        where = str(self.log.root.resolve())
+        escaped = "".join(f"[{c}]" if c in "[*?" else c for c in where)
+        return escaped + "/*.parquet"
 
     def _views_current(self, con: duckdb.DuckDBPyConnection, last: int) -> bool:
         """Whether the file's ``events`` view reads this store's log (checked once
@@ -849,11 +853,14 @@ class MessageStore:
         if not fresh and events_source(con) == glob:
             self._views_ok = True
             return
-        has_events = bool(self.log.files())
-        create_query_views(
-            con, events_sql(con, glob if has_events else None), source=glob if has_events else ""
-        )
-        self._views_ok = has_events
+        source = glob if self.log.files() else ""
+        try:
+            create_query_views(con, events_sql(con, source or None), source=source)
+        except duckdb.Error as exc:  # a convenience for other tools: never a failed write
+            log.warning("%s: the views for stock DuckDB were not made: %s", self.db_path, exc)
+            self._views_ok = True  # (not tried again by this store object)
+            return
+        self._views_ok = bool(source)
 
     @_uses_db
     def cursor_log(self, account: str, folder: str) -> list[dict[str, Any]]:

@@ -472,6 +472,17 @@ def test_stock_duckdb_finds_the_thread_macro_and_the_events_view(
     assert got["events"] == events + 1 and "plan-5@example.org" not in got["thread"]
 
 
+def test_stock_duckdb_reads_the_log_of_a_store_whose_path_has_glob_characters(
+    filled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    odd = tmp_path / "mail [2024] *"  # (a "?" DuckDB itself cannot take: its WAL path breaks)
+    shutil.move(filled, odd)
+    code, out, err = run(capsys, odd, "stats", "--json")
+    assert code == 0, err
+    got = _stock_duckdb(odd / "projections.duckdb", tmp_path)
+    assert got["events"] == json.loads(out)["events"] and len(got["thread"]) == 4
+
+
 def test_stock_duckdb_on_a_store_without_events_yet(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path / "store") as store:
         assert store.stats()["events"] == 0
