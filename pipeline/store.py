@@ -244,13 +244,28 @@ class MessageStore:
                 con = db.connect(self.db_path, read_only=True)
                 if _current(con):
                     applied, last = applied_seq(con), self.log.last_seq()
-                    if (
-                        applied == last or (stale_ok and self._lag_is_ours(applied, last))
-                    ) and self._views_current(con, last):
-                        self._con, self._con_rw = con, False
-                        return con
+                    if applied == last or (stale_ok and self._lag_is_ours(applied, last)):
+                        if self._views_current(con, last):
+                            self._con, self._con_rw = con, False
+                            return con
+                        db.release(con)
+                        return self._mend_views()
                 db.release(con)
             self._catch_up(self._writer())
+        assert self._con is not None
+        return self._con
+
+    def _mend_views(self) -> duckdb.DuckDBPyConnection:
+        """Projections current, but the views for stock DuckDB read another place (the
+        store moved): made again through the writer. A store that cannot be written
+        (a read-only copy) is still read: the views are a convenience for other tools."""
+        try:
+            self._catch_up(self._writer())
+        except (duckdb.Error, OSError, LockTimeout) as exc:
+            self.close()
+            log.warning("%s: the views for stock DuckDB read another place: %s", self.db_path, exc)
+            self._views_ok = True  # (not tried again by this store object)
+            self._con, self._con_rw = db.connect(self.db_path, read_only=True), False
         assert self._con is not None
         return self._con
 

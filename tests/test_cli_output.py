@@ -483,6 +483,28 @@ def test_stock_duckdb_reads_the_log_of_a_store_whose_path_has_glob_characters(
     assert got["events"] == json.loads(out)["events"] and len(got["thread"]) == 4
 
 
+def test_a_moved_store_that_cannot_be_written_is_still_read(
+    filled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (tests run as root, whom no file mode stops: the refusal is injected)
+    from stores import db
+
+    moved = tmp_path / "read-only-copy"
+    shutil.move(filled, moved)
+    real = db.connect
+
+    def refuse_writers(path: Path, *, read_only: bool, timeout: float = 30.0) -> Any:
+        if not read_only:
+            raise OSError(30, "Read-only file system", str(path))
+        return real(path, read_only=read_only, timeout=timeout)
+
+    monkeypatch.setattr(db, "connect", refuse_writers)
+    with MessageStore.open(moved) as store:
+        assert store.find("subject", "live wire: release plan") == [
+            "plan-1@example.org", "plan-2@example.org", "plan-5@example.org",
+        ]  # fmt: skip
+
+
 def test_stock_duckdb_on_a_store_without_events_yet(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path / "store") as store:
         assert store.stats()["events"] == 0
