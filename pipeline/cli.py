@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import sys
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
@@ -85,6 +86,49 @@ def _progress(args: argparse.Namespace, *, delay: float = 0.0) -> Progress:
     return progress_for(progress_wanted(sys.stderr), delay=delay)
 
 
+def _plain(value: Any, none: str = "-") -> str:
+    """A value as plain output shows it: never a Python repr (``None``, ``['a@x']``,
+    ``{'k': 1}``); lists comma-separated, mappings as ``key=value``."""
+    if value is None:
+        return none
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={_plain(v, none)}" for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return ", ".join(_plain(v, none) for v in value)
+    return str(value)
+
+
+def _stdout_closed() -> bool:
+    """True when nobody reads stdout any more (``mailledger query ... | head -1``
+    after ``head`` exited): the write end of a pipe without readers polls as an
+    error. A broken pipe elsewhere (a server's socket) is not this."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _silence(stream: Any) -> None:
+    """Send what ``stream`` still has to print nowhere (its reader has gone), so
+    neither a later print nor Python's flush at exit complains of a broken pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
 def _memory(args: argparse.Namespace) -> int | None:
     """The rebuild memory budget asked for: ``--memory``, else ``$MAILLEDGER_MEMORY``
     (None: the config's ``[store] memory`` or the default)."""
@@ -144,8 +188,10 @@ def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from pipeline.gdbm_import import import_gdbm
-    from pipeline.importers import import_maildir, import_mbox
+    from pipeline.importers import check_maildir, import_maildir, import_mbox
 
+    if args.kind == "maildir":
+        check_maildir(Path(args.path).resolve())  # (refused before a store is made for it)
     progress = _progress(args)
     try:
         with _open(args, create=True) as store:
@@ -168,6 +214,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             f" duplicates={counts.duplicates} other_source={counts.conflicts_other_source}"
             f" bodies={counts.bodies_fetched} known={counts.known_skipped}"
             f" malformed={counts.malformed} errors={counts.errors} events={counts.events}"
+            + (f" not_mail={counts.not_mail}" if args.kind == "maildir" else "")
         )
         for line in counts.error_details:
             print(f"error: {line}", file=sys.stderr)
@@ -211,6 +258,8 @@ def cmd_find(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from pipeline.render import message_text, render_text
+
     with _open(args) as store:
         if args.raw:
             sys.stdout.buffer.write(store.raw(args.id))
@@ -218,26 +267,19 @@ def cmd_show(args: argparse.Namespace) -> int:
         rec = store.get(args.id)
         if rec is None:
             raise NotFoundError(f"no message {args.id!r} in the store")
-        if args.json:
-            rec["headers"] = [{"name": n, "value": v} for n, v in rec["headers"]]
-            _print_json(rec)
-            return EXIT_OK
-        for key in (
-            "message_id",
-            "date_iso",
-            "from_addr",
-            "to_addrs",
-            "subject",
-            "list_id",
-            "source",
-            "folder",
-            "size",
-            "sha256",
-        ):
-            print(f"{key}: {rec.get(key)}")
-        print()
-        for name, value in rec["headers"]:
-            print(f"{name}: {value}")
+        raw = store.raw(rec["message_id"])
+    if args.json:
+        text = message_text(raw)
+        rec["headers"] = [{"name": n, "value": v} for n, v in rec["headers"]]
+        rec["body"] = text.body
+        rec["body_type"] = text.body_type or None
+        rec["attachments"] = [
+            {"filename": a.filename, "content_type": a.content_type, "size": a.size}
+            for a in text.attachments
+        ]
+        _print_json(rec)
+        return EXIT_OK
+    sys.stdout.write(render_text(rec["headers"], raw))
     return EXIT_OK
 
 
@@ -265,11 +307,72 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[("NULL" if v is None else str(v)) for v in row] for row in rows]
-    widths = [min(60, max([len(c)] + [len(r[i]) for r in cells])) for i, c in enumerate(columns)]
-    fmt = lambda vals: "  ".join(v[:60].ljust(w) for v, w in zip(vals, widths, strict=True))  # noqa: E731
-    return "\n".join([fmt(list(columns)), fmt(["-" * w for w in widths]), *map(fmt, cells)])
+_CONTROL = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
+def _cell(value: Any) -> str:
+    """A query result value in a table cell: NULL for null, lists and structs the way
+    DuckDB writes them (``[a, b]``, ``{k: v}``), line breaks and tabs escaped so
+    that one row stays one line."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {_cell(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_cell(v) for v in value) + "]"
+    if isinstance(value, datetime | date):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value).translate(_CONTROL)
+
+
+def _width(text: str) -> int:
+    """Terminal columns ``text`` takes (East Asian wide characters take two)."""
+    import unicodedata
+
+    if text.isascii():
+        return len(text)
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` padded to ``width`` columns, or cut to it with ``…`` marking the cut."""
+    have = _width(text)
+    if have <= width:
+        return text + " " * (width - have)
+    out, used = [], 0
+    for c in text:
+        w = _width(c)
+        if used + w > width - 1:
+            break
+        out.append(c)
+        used += w
+    return "".join(out) + "…" + " " * (width - 1 - used)
+
+
+def _format_table(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], width: int | None = None
+) -> str:
+    """An aligned table. ``width`` (a terminal's columns): the widest columns are
+    narrowed until a row fits, and every cell cut to fit ends in ``…``. None (not a
+    terminal): every value whole."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([_width(c)] + [_width(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    if width is not None and widths:
+        room = width - 2 * (len(widths) - 1)
+        if sum(widths) > room:
+            # the largest cap that fits: narrow columns keep their width, wide ones share
+            # what is left (never below 4 columns: a table too wide for that overflows)
+            cap = max(widths)
+            while cap > 4 and sum(min(w, cap) for w in widths) > room:
+                cap -= 1
+            widths = [min(w, cap) for w in widths]
+
+    def line(vals: Sequence[str]) -> str:
+        return "  ".join(_fit(v, w) for v, w in zip(vals, widths, strict=True)).rstrip()
+
+    return "\n".join([line(list(columns)), line(["-" * w for w in widths]), *map(line, cells)])
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -284,7 +387,8 @@ def cmd_query(args: argparse.Namespace) -> int:
         _print_json(table.to_pylist())
     else:
         rows = [tuple(r.values()) for r in table.to_pylist()]
-        print(_format_table(table.column_names, rows))
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+        print(_format_table(table.column_names, rows, width))
         print(f"({table.num_rows} rows)")
     return EXIT_OK
 
@@ -333,7 +437,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         _print_json(stats)
     else:
         for key, value in stats.items():
-            print(f"{key}: {value}")
+            print(f"{key}: {_plain(value)}")
     return EXIT_OK
 
 
@@ -381,7 +485,10 @@ def cmd_sync(args: argparse.Namespace) -> int:
     def emit(line: str, *, failed: bool = False) -> None:
         if quiet and not failed and not line.startswith(("error", "ALARM")):
             return  # -q: errors, alarms and the summary of a failed run only
-        print(line, file=out, flush=True)
+        try:
+            print(line, file=out, flush=True)
+        except BrokenPipeError:  # (`sync | head -1`): the run goes on, unheard
+            _silence(out)
 
     progress = _progress(args, delay=0.5)  # (a folder of a few new messages: no bar)
     stop = threading.Event()
@@ -472,8 +579,9 @@ def cmd_cursor_log(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not moves:
         print(f"no cursor events for {args.account} {args.folder}")
-    for m in moves:
-        when = m["recorded_at"].isoformat() if m["recorded_at"] else "-"
+    for move in moves:
+        m = {k: _plain(v) for k, v in move.items()}
+        when = m["recorded_at"]
         if m["type"] == "uidvalidity-changed":
             print(
                 f"seq={m['seq']} {when} run={m['run_id']} ALARM uidvalidity"
@@ -647,7 +755,7 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         subs,
         "show",
         cmd_show,
-        "show a message's primary record",
+        "show a message: decoded headers, attachments, the text body (--raw: the exact bytes)",
         "mailledger show '<id@example.com>'",
     )
     p.add_argument("id")
@@ -804,7 +912,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         logs = LogSetup(args.log_level)  # the verbosity contract: pipeline/verbosity.py
         if args.fn not in (cmd_sync, cmd_dispatch, cmd_completion, cmd_man):
             _resolve_store(args)  # (sync and dispatch read the whole config file)
-        return int(args.fn(args))
+        code = int(args.fn(args))
+        sys.stdout.flush()  # (here, where a reader gone is caught, not at exit)
+        return code
     except (UsageError, ConfigError) as exc:
         print(f"mailledger: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -815,6 +925,12 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         print(f"mailledger: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except OSError as exc:  # a full disk, a read-only store: say which file, no traceback
+        if isinstance(exc, BrokenPipeError) and _stdout_closed():
+            # `mailledger query ... | head -1`: the reader has what it wanted. Quiet and
+            # successful, as `grep` or `ls` are; the rest of the output goes nowhere.
+            # (A broken pipe elsewhere, a server's socket, is an error as any.)
+            _silence(sys.stdout)
+            return EXIT_OK
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"mailledger: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -461,9 +461,14 @@ class DispatchReport:
             out.append(f"unrouted: {len(self.unrouted)} (no route, no default; {what})")
         if self.consumer is not None:
             out.append(
-                f"consumer {self.consumer}: checkpoint {self.checkpoint_from}->{self.checkpoint_to}"
+                f"consumer {self.consumer}: checkpoint"
+                f" {_or_dash(self.checkpoint_from)}->{_or_dash(self.checkpoint_to)}"
             )
         return out
+
+
+def _or_dash(value: object) -> object:
+    return "-" if value is None else value
 
 
 def _route(

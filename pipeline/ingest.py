@@ -55,6 +55,10 @@ class RunCounts:
     bytes_read: int = 0
     events: int = 0
     error_details: list[str] = field(default_factory=list)
+    # files an importer found in the source that are not mail at all (a Maildir's
+    # control files, say): not messages, so outside the sums; {"path", "reason"} each
+    not_mail: int = 0
+    not_mail_files: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def balanced(self) -> bool:
@@ -68,6 +72,7 @@ class RunCounts:
         d = {k: v for k, v in self.__dict__.items() if k != "error_details"}
         d["balanced"] = self.balanced
         d["error_details"] = list(self.error_details)
+        d["not_mail_files"] = list(self.not_mail_files)
         return d
 
     def add(self, other: RunCounts) -> None:
@@ -75,6 +80,7 @@ class RunCounts:
             if isinstance(v, int):
                 setattr(self, k, getattr(self, k) + v)
         self.error_details.extend(other.error_details)
+        self.not_mail_files.extend(other.not_mail_files)
 
 
 @dataclass(frozen=True)

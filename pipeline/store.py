@@ -48,11 +48,17 @@ from projections.fold import (
 )
 from projections.lookup import INDEX_KEYS_MAX, rows_where_in
 from projections.normalize import index_value, normalize_header_name, normalize_msgid
-from projections.tables import PROJECTION_VERSION, fingerprint
+from projections.tables import (
+    PROJECTION_VERSION,
+    create_query_views,
+    events_source,
+    events_sql,
+    fingerprint,
+)
 from stores import db
 from stores.blobs import BlobStore
 from stores.errors import LockTimeout, LogIntegrityError, NotFoundError, UsageError
-from stores.events import SCHEMA, Event, MessageDeleted, MessageSeen
+from stores.events import Event, MessageDeleted, MessageSeen
 from stores.log import EventLog, read_columns
 
 if TYPE_CHECKING:
@@ -136,6 +142,7 @@ class MessageStore:
         self._folded = 0  # the seq the projections were at after this store's last fold
         # bytes a rebuild (replay, verify) may use in all; None: db.default_budget()
         self.memory_budget: int = db.default_budget()
+        self._views_ok = False  # the file's events view is known to read this log
 
     # -- lifecycle ------------------------------------------------------------
     @classmethod
@@ -219,6 +226,8 @@ class MessageStore:
                 self.reindex()
                 self._con = db.connect(self.db_path, read_only=False)
                 self._con_rw = True
+            if not self._views_ok:
+                self._persist_views(self._con)
         return self._con
 
     def _reader(self, *, stale_ok: bool = False) -> duckdb.DuckDBPyConnection:
@@ -233,10 +242,27 @@ class MessageStore:
                 if _current(con):
                     applied, last = applied_seq(con), self.log.last_seq()
                     if applied == last or (stale_ok and self._lag_is_ours(applied, last)):
-                        self._con, self._con_rw = con, False
-                        return con
+                        if self._views_current(con, last):
+                            self._con, self._con_rw = con, False
+                            return con
+                        db.release(con)
+                        return self._mend_views()
                 db.release(con)
             self._catch_up(self._writer())
+        assert self._con is not None
+        return self._con
+
+    def _mend_views(self) -> duckdb.DuckDBPyConnection:
+        """Projections current, but the views for stock DuckDB read another place (the
+        store moved): made again through the writer. A store that cannot be written
+        (a read-only copy) is still read: the views are a convenience for other tools."""
+        try:
+            self._catch_up(self._writer())
+        except (duckdb.Error, OSError, LockTimeout) as exc:
+            self.close()
+            log.warning("%s: the views for stock DuckDB read another place: %s", self.db_path, exc)
+            self._views_ok = True  # (not tried again by this store object)
+            self._con, self._con_rw = db.connect(self.db_path, read_only=True), False
         assert self._con is not None
         return self._con
 
@@ -274,6 +300,8 @@ class MessageStore:
                     with db.roomy(con):
                         apply_chunks(con, self._pending_chunks(pending, seq))
         self._folded = max(seq, last)
+        if not self._views_ok:  # (the log's first events: the view reads them now)
+            self._persist_views(con)
 
     def _pending_chunks(
         self, pending: Sequence[tuple[int, int, pa.Table | None]], seq: int
@@ -662,6 +690,7 @@ class MessageStore:
             con = self._build_connection(tmp)
             try:
                 last = self._rebuild(con, scratch=Path(str(tmp) + ".stage"))
+                self._persist_views(con, fresh=True)
                 con.execute("CHECKPOINT")
             finally:
                 con.close()
@@ -906,27 +935,46 @@ class MessageStore:
             return rel.to_arrow_table() if rel is not None else pa.table({})
 
     def _define_views(self, con: duckdb.DuckDBPyConnection) -> None:
+        # this connection's own views, over the exact listing of the log: a query
+        # running while a compaction merges files never sees an event twice
         files = [str(f.path) for f in self.log.files()]
-        if files:
-            listing = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-            con.execute(
-                f"CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM read_parquet([{listing}])"
-            )
-        else:
-            con.register("_empty_events", SCHEMA.empty_table())
-            con.execute("CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM _empty_events")
-        con.execute(
-            "CREATE OR REPLACE TEMP VIEW message_headers AS"
-            " SELECT m.message_id, e.headers FROM messages m JOIN events e USING (seq)"
-        )
-        con.execute(
-            "CREATE OR REPLACE TEMP MACRO thread(id) AS TABLE"
-            " SELECT m.* FROM messages m JOIN thread_nodes n USING (message_id)"
-            " WHERE n.thread_id = (SELECT thread_id FROM thread_nodes"
-            "   WHERE message_id = coalesce(nullif(regexp_replace("
-            "regexp_extract(id, '<([^<>]*)>', 1), '\\s', '', 'g'), ''), trim(id, '<> ')))"
-            " ORDER BY m.date_iso NULLS LAST, m.message_id"
-        )
+        create_query_views(con, events_sql(con, files), temp=True)
+
+    def _log_glob(self) -> str:
+        """What the file's ``events`` view reads: every log file, by absolute path
+        (the directory's own ``[``, ``*`` and ``?`` escaped as one-character classes:
+        DuckDB's glob knows no backslash escape)."""
+        where = str(self.log.root.resolve())
+        escaped = "".join(f"[{c}]" if c in "[*?" else c for c in where)
+        return escaped + "/*.parquet"
+
+    def _views_current(self, con: duckdb.DuckDBPyConnection, last: int) -> bool:
+        """Whether the file's ``events`` view reads this store's log (checked once
+        per store object: a catalog lookup)."""
+        if not self._views_ok:
+            source = events_source(con)
+            self._views_ok = source == self._log_glob()
+            return self._views_ok or (last == 0 and source == "")
+        return True
+
+    def _persist_views(self, con: duckdb.DuckDBPyConnection, *, fresh: bool = False) -> None:
+        """Keep in the projection file the views and the macro ``query`` offers, for
+        stock DuckDB (``README``: "Stock DuckDB"). The ``events`` view reads the log
+        by absolute path, so that it works from any directory; a store that moved
+        has it made again by its next command. Unless ``fresh`` (a rebuild's new
+        file), only when it is missing or reads another place."""
+        glob = self._log_glob()
+        if not fresh and events_source(con) == glob:
+            self._views_ok = True
+            return
+        source = glob if self.log.files() else ""
+        try:
+            create_query_views(con, events_sql(con, source or None), source=source)
+        except duckdb.Error as exc:  # a convenience for other tools: never a failed write
+            log.warning("%s: the views for stock DuckDB were not made: %s", self.db_path, exc)
+            self._views_ok = True  # (not tried again by this store object)
+            return
+        self._views_ok = bool(source)
 
     @_uses_db
     def cursor_log(self, account: str, folder: str) -> list[dict[str, Any]]:

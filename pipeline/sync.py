@@ -161,7 +161,8 @@ class FolderReport:
             f"{self.cursor_to if self.cursor_to is not None else '-'}"
         )
         text = (
-            f"{self.mode} {account} {self.folder}: uidvalidity={self.uidvalidity}"
+            f"{self.mode} {account} {self.folder}:"
+            f" uidvalidity={self.uidvalidity if self.uidvalidity is not None else '-'}"
             f" cursor={cursor} new={self.new} bodies={self.bodies} known={self.known}"
             f" errors={self.errors}"
         )
@@ -840,13 +841,15 @@ def _sync_account(
                 # store has synced that it no longer shows is gone from the server
                 _reconcile_gone(store, name, listed, opts, ar, emit)
             if not folders:
-                raise SourceError(f"{name}: no folder on the server matches {account.folders}")
+                wanted = ", ".join(account.folders)
+                raise SourceError(f"{name}: no folder on the server matches {wanted}")
             for info in folders:
                 if opts.measure:
                     st = src.status(info.name)
                     emit(
-                        f"measure {name} {info.name}: messages={st.get('messages')}"
-                        f" uidnext={st.get('uidnext')} uidvalidity={st.get('uidvalidity')}"
+                        f"measure {name} {info.name}: messages={st.get('messages', '-')}"
+                        f" uidnext={st.get('uidnext', '-')}"
+                        f" uidvalidity={st.get('uidvalidity', '-')}"
                     )
                     ar.folders[info.name] = FolderReport(
                         folder=info.name,

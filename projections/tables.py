@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import duckdb
 
+from stores.events import SCHEMA
+
 __all__ = [
     "PROJECTION_VERSION",
     "TABLES",
     "VIEWS",
     "create_indexes",
+    "create_query_views",
     "create_tables",
+    "events_source",
+    "events_sql",
     "fingerprint",
     "missing_indexes",
 ]
@@ -96,6 +101,67 @@ _INDEXES = {
 }
 
 VIEWS: dict[str, str] = {}
+
+# What ``mailledger query`` offers besides the tables, kept in the projection file
+# too (``create_query_views``), so that stock DuckDB opening it read-only (its CLI,
+# a notebook, a BI tool) finds the same names. One text for both.
+MESSAGE_HEADERS_SQL = "SELECT m.message_id, e.headers FROM messages m JOIN events e USING (seq)"
+THREAD_MACRO_SQL = (
+    "thread(id) AS TABLE"
+    " SELECT m.* FROM messages m JOIN thread_nodes n USING (message_id)"
+    " WHERE n.thread_id = (SELECT thread_id FROM thread_nodes"
+    "   WHERE message_id = coalesce(nullif(regexp_replace("
+    "regexp_extract(id, '<([^<>]*)>', 1), '\\s', '', 'g'), ''), trim(id, '<> ')))"
+    " ORDER BY m.date_iso NULLS LAST, m.message_id"
+)
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def events_sql(con: duckdb.DuckDBPyConnection, files: str | list[str] | None) -> str:
+    """The query of the ``events`` view over the log's Parquet ``files`` (a list of
+    paths, or a glob that matches them); None or an empty list: no events yet, an
+    empty relation of the log's columns (a view over a glob that matches nothing
+    would not even be created)."""
+    if isinstance(files, str):
+        return f"SELECT * FROM read_parquet({_quote(files)}, union_by_name = true)"
+    if files:
+        return f"SELECT * FROM read_parquet([{', '.join(map(_quote, files))}])"
+    con.register("_empty_events", SCHEMA.empty_table())
+    try:
+        cols = con.execute("DESCRIBE SELECT * FROM _empty_events").fetchall()
+    finally:
+        con.unregister("_empty_events")
+    typed = ", ".join(f'CAST(NULL AS {kind}) AS "{name}"' for name, kind, *_ in cols)
+    return f"SELECT {typed} WHERE false"
+
+
+def create_query_views(
+    con: duckdb.DuckDBPyConnection, events: str, *, source: str = "", temp: bool = False
+) -> None:
+    """The ``events`` view (over ``events``, an ``events_sql``), the
+    ``message_headers`` view and the ``thread(id)`` macro: ``temp`` for this
+    connection only, else kept in the database file. ``source`` is noted on the
+    ``events`` view (``events_source`` reads it back): what it reads, so that a
+    caller can tell when it must be made again (the store moved)."""
+    kind = "TEMP " if temp else ""
+    con.execute(f"CREATE OR REPLACE {kind}VIEW events AS {events}")
+    con.execute(f"CREATE OR REPLACE {kind}VIEW message_headers AS {MESSAGE_HEADERS_SQL}")
+    con.execute(f"CREATE OR REPLACE {kind}MACRO {THREAD_MACRO_SQL}")
+    if not temp:
+        con.execute(f"COMMENT ON VIEW events IS {_quote(source)}")
+
+
+def events_source(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The ``source`` the database file's ``events`` view was made with (None: it
+    has none, the file predates it)."""
+    rows = con.execute(
+        "SELECT comment FROM duckdb_views() WHERE database_name = current_database()"
+        " AND schema_name = 'main' AND view_name = 'events'"
+    ).fetchall()
+    return (rows[0][0] or "") if rows else None
 
 
 def create_tables(con: duckdb.DuckDBPyConnection) -> None:

@@ -1,0 +1,188 @@
+"""A message as a person reads it: decoded headers, the text body, the attachments.
+
+``mailledger show`` prints this; the full-text index to come wants the same text
+(text/plain preferred, HTML reduced to text, charsets decoded, attachment names).
+
+HTML is reduced with the standard library's ``html.parser``: a mail body needs
+its words and paragraphs, not a Markdown rendering, and ``html2text`` (the usual
+library for it) is GPL-3.0, which this MIT project cannot take in.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from email.message import EmailMessage, Message
+from html.parser import HTMLParser
+
+__all__ = ["Attachment", "MessageText", "html_to_text", "message_text", "render_text"]
+
+# the headers ``show`` prints, in this order (each occurrence: To may repeat)
+SHOWN_HEADERS = ("From", "To", "Cc", "Date", "Subject", "Message-ID")
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A part that is not the body: its file name (or None), MIME type and decoded size."""
+
+    filename: str | None
+    content_type: str
+    size: int
+
+
+@dataclass(frozen=True)
+class MessageText:
+    """What a reader of the message sees: the body text and what came with it."""
+
+    body: str
+    """The text/plain part, charset decoded; else the text/html part reduced to
+    text; empty when the message has no text part at all."""
+    body_type: str  # "text/plain", "text/html" or "" (no text part)
+    attachments: tuple[Attachment, ...]
+
+
+# tags that end a paragraph (a blank line) and tags that start a line of their own
+_PARAGRAPH = {
+    "address", "article", "aside", "blockquote", "div", "dl", "fieldset", "figcaption",
+    "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "main",
+    "nav", "ol", "p", "pre", "section", "table", "ul",
+}  # fmt: skip
+_LINE = {"br", "dd", "dt", "li", "tr"}
+_HIDDEN = {"script", "style", "head", "title", "template"}
+
+
+class _TextOf(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.hidden = 0
+        self.pre = 0
+
+    def handle_starttag(self, tag: str, attrs: Sequence[tuple[str, str | None]]) -> None:
+        if tag in _HIDDEN:
+            self.hidden += 1
+        elif tag == "pre":
+            self.pre += 1
+        if tag in _PARAGRAPH:
+            self.parts.append("\n\n")
+        elif tag in _LINE:
+            self.parts.append("\n")
+        if tag == "li":
+            self.parts.append("- ")
+        elif tag in ("td", "th"):
+            self.parts.append(" ")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _HIDDEN:
+            self.hidden = max(0, self.hidden - 1)
+        elif tag == "pre":
+            self.pre = max(0, self.pre - 1)
+        if tag in _PARAGRAPH:
+            self.parts.append("\n\n")
+
+    def handle_data(self, data: str) -> None:
+        if self.hidden:
+            return
+        self.parts.append(data if self.pre else re.sub(r"\s+", " ", data))
+
+
+def html_to_text(html: str) -> str:
+    """The readable text of an HTML body: scripts and styles dropped, paragraphs
+    (headings, tables, lists...) apart by a blank line, a line per list item,
+    table row or ``<br>``, entities decoded, blanks collapsed."""
+    parser = _TextOf()
+    parser.feed(html)
+    parser.close()
+    lines = [line.strip() for line in "".join(parser.parts).split("\n")]
+    text = "\n".join(lines)
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def _decoded(part: Message) -> str:
+    """The text of a text part, decoded by its charset (an unknown or lying charset:
+    UTF-8, else latin-1, never an error)."""
+    payload = part.get_payload(decode=True)
+    if not isinstance(payload, bytes):
+        return str(payload or "")
+    charset = part.get_content_charset() or "us-ascii"
+    try:
+        return payload.decode(charset)
+    except (LookupError, UnicodeDecodeError):
+        try:
+            return payload.decode("utf-8")
+        except UnicodeDecodeError:
+            return payload.decode("latin-1")
+
+
+def message_text(raw: bytes) -> MessageText:
+    """The body text and the attachments of the message ``raw``.
+
+    Never raises on bytes: a message whose MIME structure is broken gives what
+    the standard library's parser makes of it."""
+    msg = email.message_from_bytes(raw, policy=email.policy.default)
+    assert isinstance(msg, EmailMessage)
+    body_part: Message | None = None
+    try:
+        body_part = msg.get_body(preferencelist=("plain", "html"))
+    except Exception:  # a broken multipart: the walk below still lists its parts
+        body_part = None
+    attachments: list[Attachment] = []
+    for part in msg.walk():
+        if part is body_part or part.is_multipart():
+            continue
+        ctype = part.get_content_type()
+        name = part.get_filename()
+        disposition = part.get_content_disposition()
+        if name is None and disposition != "attachment" and ctype.startswith("text/"):
+            continue  # an alternative of the body (the HTML beside the plain text)
+        payload = part.get_payload(decode=True)
+        size = len(payload) if isinstance(payload, bytes) else 0
+        attachments.append(Attachment(str(name) if name else None, ctype, size))
+    if body_part is None:
+        return MessageText("", "", tuple(attachments))
+    text = _decoded(body_part)
+    ctype = body_part.get_content_type()
+    if ctype == "text/html":
+        text = html_to_text(text)
+    return MessageText(text.replace("\r\n", "\n"), ctype, tuple(attachments))
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
+
+
+# C0 and C1 controls but tab and newline: a terminal would obey them (an escape
+# sequence in a Subject could retitle the window or hide text)
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    return _CONTROLS.sub("\ufffd", text)
+
+
+def render_text(headers: Sequence[tuple[str, str]], raw: bytes) -> str:
+    """The message as ``show`` prints it: the decoded From, To, Cc, Date, Subject and
+    Message-ID headers (``headers``: name, decoded value, as the log records
+    them), the attachments, a blank line, and the text body."""
+    wanted = {h.lower(): h for h in SHOWN_HEADERS}
+    lines = [
+        f"{wanted[name.lower()]}: {value}"
+        for want in SHOWN_HEADERS
+        for name, value in headers
+        if name.lower() == want.lower()
+    ]
+    text = message_text(raw)
+    for a in text.attachments:
+        lines.append(f"Attachment: {a.filename or '(no name)'} ({a.content_type}, {_size(a.size)})")
+    if text.body_type == "text/html":
+        lines.append("(the message has HTML only: shown reduced to text)")
+    elif not text.body_type:
+        lines.append("(the message has no text part)")
+    lines.append("")
+    lines.append(text.body)
+    return _printable("\n".join(lines).rstrip("\n")) + "\n"
