@@ -28,7 +28,6 @@ from stores.errors import LockTimeout
 __all__ = [
     "CONFIG",
     "MIN_BUDGET",
-    "WRITER_LIMIT",
     "all_threads",
     "builders",
     "connect",
@@ -40,17 +39,15 @@ __all__ = [
 ]  # fmt: skip
 
 # A sync run from cron should stay small: DuckDB would otherwise size its buffer
-# pool from the machine's RAM and start a thread per core for tiny queries.
-CONFIG = {"memory_limit": "512MB", "threads": "2"}
-# A process that writes (a sync, an import) folds batches and probes the tables
-# for them; the buffer pool keeps every block that work read, up to its limit, and
-# in a large store that is many (a fold's joins scan the tables; index inserts
-# load ART nodes). So a writer's pool is sized for a batch's work, not for what
-# the store's size would fill: a 10,000-message sync's process peaked at 261 MiB
-# into an empty store and 350 MiB into a 100,000-message one under 160 MB; 241
-# and 266 MiB under 64 MB. Work that needs more gets ``ROOMY_LIMIT`` (``roomy``).
-WRITER_LIMIT = "64MB"
-# What an ad-hoc query, and a writer's fold that ran out of its pool, may use.
+# pool from the machine's RAM and start a thread per core for tiny queries. The
+# buffer pool keeps every block a fold or a probe read until the limit, and a
+# fold of a batch into a large store reads many (its joins scan the tables, its
+# index inserts load ART nodes): so the limit is what a batch's work needs, not
+# what the store's size would fill. A 10,000-event fold into a 100,000-message
+# store peaked at 457 MiB RSS under 512 MB, 310 MiB under 100 MB (293 MiB into an
+# empty store). Work that needs more gets ``ROOMY_LIMIT`` (``roomy``).
+CONFIG = {"memory_limit": "160MB", "threads": "2"}
+# What an ad-hoc query, and a fold that ran out of CONFIG's limit, may use.
 ROOMY_LIMIT = "512MB"
 # A read-only connection answers point lookups (get, find, walk_thread): handing
 # their few small pipelines to a second thread cost more than it gave (find p50
@@ -124,7 +121,6 @@ class _Host:
         self.con = duckdb.connect(":memory:", config=dict(CONFIG))
         self.lock = threading.Lock()
         self.names = itertools.count()
-        self.limit = CONFIG["memory_limit"]  # a writer's is WRITER_LIMIT from its first hold
         # path -> [alias, read_only, holders]: one attachment per file, shared by
         # the holders that want the same mode (DuckDB attaches a file once)
         self.attached: dict[str, list[Any]] = {}
@@ -190,10 +186,6 @@ def connect(path: Path, *, read_only: bool, timeout: float = 30.0) -> duckdb.Duc
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 0.25)
-    if not read_only and host.limit != WRITER_LIMIT:
-        with host.lock:
-            host.con.execute(f"SET memory_limit = {_quote(WRITER_LIMIT)}")
-            host.limit = WRITER_LIMIT
     con = host.con.cursor()
     con.execute(f"USE {alias}")
     con.execute(f"SET threads = {int(READER_THREADS if read_only else CONFIG['threads'])}")
@@ -223,15 +215,14 @@ def release(con: duckdb.DuckDBPyConnection) -> None:
 
 @contextlib.contextmanager
 def roomy(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """Run with ``ROOMY_LIMIT`` for DuckDB's memory, then give it back: setting the
-    process's limit again evicts what the work had cached. (The limit is the
+    """Run with ``ROOMY_LIMIT`` for DuckDB's memory, then give it back: setting
+    CONFIG's limit again evicts what the work had cached. (The limit is the
     process's DuckDB instance's, shared by every hold.)"""
-    host = _the_host()
     con.execute(f"SET memory_limit = {_quote(ROOMY_LIMIT)}")
     try:
         yield
     finally:
-        con.execute(f"SET memory_limit = {_quote(host.limit)}")
+        con.execute(f"SET memory_limit = {_quote(CONFIG['memory_limit'])}")
 
 
 @contextlib.contextmanager

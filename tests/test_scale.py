@@ -261,7 +261,7 @@ def test_a_fold_deleting_more_than_the_probes_cover_equals_a_replay(tmp_path: Pa
 def test_a_fold_out_of_the_sync_sized_memory_is_retried_with_more_and_the_pool_shrinks_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A sync's folds run within a writer's small buffer pool (what a batch needs, not
+    """A sync's folds run within CONFIG's small buffer pool (what a batch needs, not
     what a large store's tables would fill). One that runs out of it (DuckDB's own
     error, raised here on the first try: folds spill, so a real one needs an index
     larger than a test's) is rolled back and folded again with ``ROOMY_LIMIT``;
@@ -290,8 +290,8 @@ def test_a_fold_out_of_the_sync_sized_memory_is_retried_with_more_and_the_pool_s
     con = store._writer()
     after = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
     assert len(limits) == 2
-    assert mib(limits[0]) < 100 < 400 < mib(limits[1])  # a writer's 64MB, then 512MB
-    assert (db.WRITER_LIMIT, db.ROOMY_LIMIT) == ("64MB", "512MB")
+    assert mib(limits[0]) < 200 < 400 < mib(limits[1])  # CONFIG's 160MB, then ROOMY's 512MB
+    assert (db.CONFIG["memory_limit"], db.ROOMY_LIMIT) == ("160MB", "512MB")
     assert after == limits[0]
     assert len(store.message_ids()) == 2000
     assert store.verify(blobs=False) == []
