@@ -74,10 +74,6 @@ _REPLAY_CHUNK = 50_000
 _FOLD_COLUMNS = FOLD_SCHEMA.names
 # a deferred fold runs before the events it waits for hold this much memory
 _FOLD_BYTES = 128 << 20
-# Folds of more events than a sync's batches (an import's) get ``db.roomy``'s
-# memory at once; smaller ones run within the sync-sized buffer pool, and are
-# retried with more only when they run out of it.
-_SMALL_FOLD = 20_000
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -287,32 +283,18 @@ class MessageStore:
             )
         pending, self._unapplied = self._unapplied, []
         if seq < last:
-            # one fold for all of them: its cost is mostly per call
-            if last - seq > _SMALL_FOLD:  # a bulk writer's: it gets the room it needs
-                with db.roomy(con):
-                    apply_chunks(con, self._pending_chunks(pending, seq))
+            chunks: Iterable[pa.Table]
+            held = [t for _, _, t in pending if t is not None]
+            contiguous = all(b[0] == a[1] + 1 for a, b in itertools.pairwise(pending))
+            if pending and len(held) == len(pending) and contiguous and pending[0][0] <= seq + 1:
+                # the batches this store committed itself, still in memory: no re-read
+                chunks = itertools.chain(held, self._log_chunks(after=pending[-1][1]))
             else:
-                try:
-                    apply_chunks(con, self._pending_chunks(pending, seq))
-                except duckdb.OutOfMemoryException as exc:
-                    # (rolled back) more than the sync-sized buffer pool could hold
-                    log.info("fold of seq %d-%d retried with more memory: %s", seq + 1, last, exc)
-                    with db.roomy(con):
-                        apply_chunks(con, self._pending_chunks(pending, seq))
+                chunks = self._log_chunks(after=seq)
+            apply_chunks(con, chunks)  # one fold for all of them: its cost is mostly per call
         self._folded = max(seq, last)
         if not self._views_ok:  # (the log's first events: the view reads them now)
             self._persist_views(con)
-
-    def _pending_chunks(
-        self, pending: Sequence[tuple[int, int, pa.Table | None]], seq: int
-    ) -> Iterable[pa.Table]:
-        """The events after ``seq``: the batches this store committed itself while
-        they are still in memory (no re-read), else from the log."""
-        held = [t for _, _, t in pending if t is not None]
-        contiguous = all(b[0] == a[1] + 1 for a, b in itertools.pairwise(pending))
-        if pending and len(held) == len(pending) and contiguous and pending[0][0] <= seq + 1:
-            return itertools.chain(held, self._log_chunks(after=pending[-1][1]))
-        return self._log_chunks(after=seq)
 
     def _rebuild(self, con: duckdb.DuckDBPyConnection, scratch: Path) -> int:
         files = self.log.files()
@@ -916,7 +898,7 @@ class MessageStore:
         """Run SQL over the projections and the ``events`` view of the log."""
         con = self._reader()
         self._define_views(con)
-        with db.all_threads(con), db.roomy(con):
+        with db.all_threads(con):
             rel = con.sql(sql, params=list(params) if params else None)
             return rel.to_arrow_table() if rel is not None else pa.table({})
 

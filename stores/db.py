@@ -35,20 +35,11 @@ __all__ = [
     "duckdb_share",
     "parse_size",
     "release",
-    "roomy",
 ]  # fmt: skip
 
 # A sync run from cron should stay small: DuckDB would otherwise size its buffer
-# pool from the machine's RAM and start a thread per core for tiny queries. The
-# buffer pool keeps every block a fold or a probe read until the limit, and a
-# fold of a batch into a large store reads many (its joins scan the tables, its
-# index inserts load ART nodes): so the limit is what a batch's work needs, not
-# what the store's size would fill. A 10,000-event fold into a 100,000-message
-# store peaked at 457 MiB RSS under 512 MB, 310 MiB under 100 MB (293 MiB into an
-# empty store). Work that needs more gets ``ROOMY_LIMIT`` (``roomy``).
-CONFIG = {"memory_limit": "160MB", "threads": "2"}
-# What an ad-hoc query, and a fold that ran out of CONFIG's limit, may use.
-ROOMY_LIMIT = "512MB"
+# pool from the machine's RAM and start a thread per core for tiny queries.
+CONFIG = {"memory_limit": "512MB", "threads": "2"}
 # A read-only connection answers point lookups (get, find, walk_thread): handing
 # their few small pipelines to a second thread cost more than it gave (find p50
 # 2.3 ms with two threads, 1.7 ms with one, on the 100k bench store). Ad-hoc
@@ -211,18 +202,6 @@ def release(con: duckdb.DuckDBPyConnection) -> None:
             del host.attached[key]
             del host.alias_path[alias]
             host.con.execute(f"DETACH {alias}")
-
-
-@contextlib.contextmanager
-def roomy(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """Run with ``ROOMY_LIMIT`` for DuckDB's memory, then give it back: setting
-    CONFIG's limit again evicts what the work had cached. (The limit is the
-    process's DuckDB instance's, shared by every hold.)"""
-    con.execute(f"SET memory_limit = {_quote(ROOMY_LIMIT)}")
-    try:
-        yield
-    finally:
-        con.execute(f"SET memory_limit = {_quote(CONFIG['memory_limit'])}")
 
 
 @contextlib.contextmanager
