@@ -251,10 +251,9 @@ def cmd_find(args: argparse.Namespace) -> int:
         if args.json:
             _print_json(ids)
         else:
-            rows = store.summaries(ids)  # one query for every hit, never one per hit
-            for mid in ids:
-                rec = rows.get(mid) or {}
-                print(f"{mid}\t{rec.get('date_iso') or '-'}\t{rec.get('subject') or ''}")
+            lines = store.listing(ids)  # one query for every hit, never one per hit
+            if lines:
+                sys.stdout.write("\n".join(lines) + "\n")
     return EXIT_OK
 
 

@@ -782,6 +782,20 @@ class MessageStore:
         return {r["message_id"]: r for r in rows}
 
     @_uses_db
+    def listing(self, ids: Sequence[str]) -> list[str]:
+        """``find``'s plain lines for ``ids``, in their order: Message-ID, ``date_iso``
+        (``-`` when undated) and subject, tab-separated, spelled by DuckDB in one
+        query (a probe of the index per id for a few ids, one scan for many): a
+        listing of 250,000 hits costs what reading them costs, not a Python dict
+        per row."""
+        if not ids:
+            return []
+        line = "message_id || chr(9) || coalesce(date_iso, '-') || chr(9) || coalesce(subject, '')"
+        rows = rows_where_in(self._reader(), "messages", "message_id", ids, f"message_id, {line}")
+        got = dict(zip(rows.column(0).to_pylist(), rows.column(1).to_pylist(), strict=True))
+        return [got.get(mid) or f"{mid}\t-\t" for mid in ids]
+
+    @_uses_db
     def message_rows(self, ids: Sequence[str], columns: str = "*") -> list[dict[str, Any]]:
         """``columns`` of the primary records of ``ids`` (those stored), in one query."""
         if not ids:
