@@ -230,10 +230,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     progress = _progress(args)
     with _open(args) as store:
         t0 = time.perf_counter()
-        # (one bulk rebuild in DuckDB: its size and the time it has taken are shown)
-        progress.start(None, f"replay: {store.log.last_seq():,} events", unit=None)
-        try:
-            last = store.reindex()
+        try:  # (bulk SQL: each phase is shown, with the time it has taken)
+            last = store.reindex(progress=progress)
         finally:
             progress.close()
         took = time.perf_counter() - t0

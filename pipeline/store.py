@@ -37,6 +37,7 @@ from pipeline.parse import ParsedMessage, parse_message
 from pipeline.progress import NO_PROGRESS, Progress
 from projections.fold import (
     FOLD_SCHEMA,
+    REBUILD_PHASES,
     applied_seq,
     apply_chunks,
     hash_matches,
@@ -296,14 +297,23 @@ class MessageStore:
         if not self._views_ok:  # (the log's first events: the view reads them now)
             self._persist_views(con)
 
-    def _rebuild(self, con: duckdb.DuckDBPyConnection, scratch: Path) -> int:
+    def _rebuild(
+        self, con: duckdb.DuckDBPyConnection, scratch: Path, progress: Progress = NO_PROGRESS
+    ) -> int:
         files = self.log.files()
+        events = files[-1].last if files else 0
+
+        def phase(i: int, name: str) -> None:
+            label = f"replay of {events:,} events, {i}/{len(REBUILD_PHASES)}: {name}"
+            progress.start(None, label, unit=None)
+
         return rebuild(
             con,
             self._log_chunks(),
             files=[f.path for f in files],
             scratch=scratch,
             builders=db.builders(self.memory_budget),
+            phase=phase if progress is not NO_PROGRESS else None,
         )
 
     def _build_connection(self, path: Path) -> duckdb.DuckDBPyConnection:
@@ -658,7 +668,7 @@ class MessageStore:
         finally:
             os.close(fd)
 
-    def reindex(self) -> int:
+    def reindex(self, *, progress: Progress = NO_PROGRESS) -> int:
         """Rebuild every projection from the log (= ``mailledger replay``); returns last seq.
 
         The new database is built beside the old one and renamed over it, so a
@@ -671,7 +681,7 @@ class MessageStore:
         with self._building(tmp):
             con = self._build_connection(tmp)
             try:
-                last = self._rebuild(con, scratch=Path(str(tmp) + ".stage"))
+                last = self._rebuild(con, scratch=Path(str(tmp) + ".stage"), progress=progress)
                 self._persist_views(con, fresh=True)
                 con.execute("CHECKPOINT")
             finally:

@@ -132,6 +132,10 @@ def _set_meta(con: duckdb.DuckDBPyConnection, key: str, value: int) -> None:
 _STAGE = "_replay_stage"
 
 
+#: What a rebuild does, in order (``rebuild``'s ``phase`` is told of each).
+REBUILD_PHASES = ("staging the log", "building the tables", "writing them", "indexing")
+
+
 def rebuild(
     con: duckdb.DuckDBPyConnection,
     chunks: Iterable[pa.Table],
@@ -139,6 +143,7 @@ def rebuild(
     files: Sequence[Path] = (),
     scratch: Path | None = None,
     builders: int | None = None,
+    phase: Callable[[int, str], None] | None = None,
 ) -> int:
     """Drop every projection and fold the whole log again; returns the last seq.
 
@@ -155,8 +160,12 @@ def rebuild(
     spills to disk under the connection's ``memory_limit``. Nothing here holds
     the log in Python. ``builders``: how many tables are built at once (default
     one more than the cores); each needs working memory of its own, so a small
-    ``memory_limit`` wants one.
+    ``memory_limit`` wants one. ``phase(i, name)`` is told as each of the
+    ``REBUILD_PHASES`` begins (a progress display: the work is bulk SQL, so the
+    phase is what can be shown).
     """
+    tell = phase or (lambda i, name: None)
+    tell(1, REBUILD_PHASES[0])
     for name, kind in con.execute(
         "SELECT table_name, table_type FROM information_schema.tables"
         " WHERE table_schema = 'main' AND table_catalog = current_database()"
@@ -182,6 +191,7 @@ def rebuild(
             last = _stage_chunks(con, chunks)
         con.execute("SET threads = 1")
         if last:
+            tell(2, REBUILD_PHASES[1])
             _build_or_retry(con, builders or _BUILDERS)
     finally:
         con.execute(f"DETACH {_STAGE}")
@@ -189,7 +199,9 @@ def rebuild(
         con.execute(f"SET preserve_insertion_order = {bool(ordered)}")
     _set_meta(con, "applied_seq", last)
     _count_threads(con)
+    tell(3, REBUILD_PHASES[2])
     con.execute("CHECKPOINT")  # (the tables written out: the indexes get the memory)
+    tell(4, REBUILD_PHASES[3])
     missing = create_indexes(con)
     if missing:
         log.warning(

@@ -31,6 +31,7 @@ from pipeline.config import load_config
 from pipeline.progress import NO_PROGRESS, TerminalProgress, progress_for
 from pipeline.store import MessageStore
 from pipeline.sync import SyncOptions, sync_accounts
+from projections.fold import REBUILD_PHASES
 
 REPO = Path(__file__).resolve().parents[1]
 # what only a progress display writes: a bar, a rate, a carriage return
@@ -169,9 +170,10 @@ def test_import_and_replay_without_a_terminal_print_no_progress_and_the_same_ans
     seconds = re.compile(rb" in [\d.]+s into \S+")
     assert seconds.sub(b"", piped.stdout) == seconds.sub(b"", on_tty.stdout)
     assert b"replayed 300 events" in piped.stdout
-    assert any(
-        re.fullmatch(r"replay: 300 events \[\d\d:\d\d\]", s) for s in _redraws(on_tty.stderr)
-    )
+    states = _redraws(on_tty.stderr)
+    for i, name in enumerate(REBUILD_PHASES, 1):  # done/total: the rebuild's phases
+        shown = rf"replay of 300 events, {i}/{len(REBUILD_PHASES)}: {name} \[\d\d:\d\d\]"
+        assert any(re.fullmatch(shown, s) for s in states), states
 
 
 def test_verify_on_a_terminal_shows_each_step_and_counts_the_blobs(
