@@ -34,11 +34,12 @@ log = logging.getLogger("mailledger.import")
 #   (``dovecot*``, ``courier*``, ``maildirfolder``, ``subscriptions``, ``*.lock``,
 #   ``*.tmp``), hidden files (``.DS_Store``, ``.mbsyncstate``, ``.keep``) and the
 #   thumbnail and folder files of desktops (``Thumbs.db``, ``desktop.ini``);
-# - empty files (zero bytes: nothing to keep);
-# - outside ``cur/`` and ``new/`` only, binary files: a NUL byte in the first
-#   4 KiB and no header line at the start (a picture, a database left in the tree).
+# - outside ``cur/`` and ``new/`` only: empty files, and binary files (a NUL byte
+#   in the first 4 KiB and no header line at the start: a picture, a database
+#   left in the tree).
 # A file in ``cur/`` or ``new/`` was delivered as a message: however broken (NUL
-# bytes, no header block), it is stored and counted as malformed, never dropped.
+# bytes, no header block, empty), it is stored and counted as malformed, never
+# dropped.
 # So is any loose file that is text. A message saved as UTF-16 has NUL bytes and
 # no ASCII header line: only its place in ``cur/`` or ``new/`` tells it is mail.
 _CONTROL_PREFIXES = ("dovecot", "courier", "maildirfolder", "subscriptions")
@@ -151,7 +152,7 @@ def _maildir_files(root: Path, not_mail: NotMail | None) -> Iterator[tuple[str, 
             if why is None:
                 with contextlib.suppress(OSError):
                     size = os.stat(path).st_size
-                if size == 0:
+                if size == 0 and not delivered:
                     why = "empty file"
                 elif size > 0 and not delivered:
                     with contextlib.suppress(OSError), open(path, "rb") as fh:

@@ -388,13 +388,14 @@ def test_files_that_are_not_mail_are_named_counted_and_listed_never_stored(
     # a delivered file, however broken, is a message: stored as malformed
     _put(src / "cur" / "2.M2P1.h:2,S", b"\x00\xff garbage with no header block at all")
     _put(src / "loose-notes.txt", b"no header, but text: kept as a malformed message\n")
+    _put(src / "new" / "3.M3P1.h", b"")  # delivered empty: a malformed message too
     not_mail = {
         _put(src / "cur" / ".DS_Store", b"\x00\x00\x00\x01Bud1\x00"): "hidden file",
         _put(src / "dovecot.index", b"\x07\x02\x00\x00binary"): "control file",
         _put(src / "dovecot-uidlist", b"3 V1 N5\n"): "control file",
         _put(src / "maildirfolder", b""): "control file",
         _put(src / "courierimapkeywords", b"x\n"): "control file",
-        _put(src / "new" / "3.M3P1.h", b""): "empty file",
+        _put(src / "empty-notes.txt", b""): "empty file",
         _put(src / "Thumbs.db", b"\xd0\xcf\x11\xe0"): "control file",
         _put(src / "photo.jpg", b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01"): "binary, no header lines",
     }
@@ -407,7 +408,7 @@ def test_files_that_are_not_mail_are_named_counted_and_listed_never_stored(
     assert {f["path"]: f["reason"] for f in counts["not_mail_files"]} == {
         str(p): why for p, why in not_mail.items()
     }
-    assert (counts["uids_seen"], counts["new_messages"], counts["malformed"]) == (3, 3, 2)
+    assert (counts["uids_seen"], counts["new_messages"], counts["malformed"]) == (4, 4, 3)
     assert counts["balanced"] and counts["errors"] == 0
     named = "\n".join(r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
     for path in not_mail:
@@ -416,7 +417,7 @@ def test_files_that_are_not_mail_are_named_counted_and_listed_never_stored(
     code, out, _ = run(capsys, store, "import", "maildir", str(src))
     assert code == 0 and out.rstrip().endswith(f"not_mail={len(not_mail)}")
     code, out, _ = run(capsys, store, "stats", "--json")
-    assert json.loads(out)["messages"] == 3
+    assert json.loads(out)["messages"] == 4
 
 
 # -- stock DuckDB ------------------------------------------------------------------------
