@@ -479,7 +479,7 @@ def test_cursor_log_explains_every_move(
     out, _ = capsys.readouterr()
     lines = out.strip().splitlines()
     assert code == 0 and len(lines) == 2
-    assert "mode=full" in lines[0] and "cursor=None->1" in lines[0]
+    assert "mode=full" in lines[0] and "cursor=-->1" in lines[0]  # (no Python None)
     assert "mode=delta" in lines[1] and "cursor=1->2" in lines[1]
 
 
