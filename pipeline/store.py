@@ -245,7 +245,13 @@ class MessageStore:
                         db.release(con)
                         return self._mend_views()
                 db.release(con)
-            self._catch_up(self._writer())
+            try:
+                self._catch_up(self._writer())
+            except BaseException:
+                # (the fold rolled back) never keep a hold whose projections lag:
+                # the next read would take it as caught up
+                self.close()
+                raise
         assert self._con is not None
         return self._con
 
@@ -379,6 +385,9 @@ class MessageStore:
             self.close()
             log.warning("projections not updated now (%s); they catch up later", exc)
             return -1
+        except BaseException:
+            self.close()  # (rolled back) no hold is kept whose projections lag
+            raise
         seq = applied_seq(con)
         if self._held:
             self.close()  # inside a session: give the write lock back at once

@@ -402,3 +402,33 @@ def test_another_process_can_read_the_projections_while_a_writer_store_stays_ope
         [sys.executable, "-c", _TRY_READ, str(store.db_path)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_read_whose_catch_up_fails_leaves_no_stale_hold_and_the_next_read_catches_up(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fold that fails while a read catches up (DuckDB out of memory at COMMIT,
+    raised here: a real one needs a store far larger than a test) must not leave
+    the writer held: the next read of the session used to get it back as it was
+    and answer from projections that never saw the events (a message just added:
+    not found)."""
+    import duckdb
+
+    import pipeline.store as store_module
+
+    assert store.add("u-live", LIVE) == LIVE_ID
+    real, failures = store_module.apply_chunks, [2]
+
+    def failing(con: duckdb.DuckDBPyConnection, chunks: object) -> int:
+        if failures[0]:
+            failures[0] -= 1
+            raise duckdb.TransactionException("Failed to commit: could not allocate block")
+        return real(con, chunks)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store_module, "apply_chunks", failing)
+    assert store.add("u-other", OTHER) == "other@example.org"  # (its fold: failure 1)
+    with store.session():  # (a script's many lookups: the database stays held between them)
+        with pytest.raises(duckdb.TransactionException):
+            store.get("other@example.org")  # the read's catch-up: failure 2
+        rec = store.get("other@example.org")
+    assert rec is not None and rec["subject"] == "Lunch"
