@@ -61,6 +61,18 @@ def version() -> str:
         return "0+unknown"
 
 
+class _Version(argparse.Action):
+    """``--version``: the package metadata is read only when asked (its import
+    costs every command 30 ms otherwise)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        print(f"mailledger {version()}")
+        parser.exit()
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # usage errors exit 2 with the reason
         self.print_usage(sys.stderr)
@@ -597,7 +609,16 @@ def cmd_cursor_log(args: argparse.Namespace) -> int:
 def cmd_completion(args: argparse.Namespace) -> int:
     import shtab
 
-    print(shtab.complete(build_parser(args.env), shell=args.shell), end="")
+    parser = build_parser(args.env)
+    todo = [parser]
+    while todo:  # every parser's paths: shtab's completers (imported here only: 20 ms)
+        for action in todo.pop()._actions:
+            kind = getattr(action, "complete_kind", None)
+            if kind is not None:
+                action.complete = getattr(shtab, kind)  # type: ignore[attr-defined]
+            if isinstance(action, argparse._SubParsersAction):
+                todo.extend(action.choices.values())
+    print(shtab.complete(parser, shell=args.shell), end="")
     return EXIT_OK
 
 
@@ -630,7 +651,6 @@ def _global_options(parser: argparse.ArgumentParser, *, after_command: bool) -> 
     Before it they carry the defaults; after it (``after_command``) they have none
     (SUPPRESS), so a subcommand sets only what was given there and never
     overwrites a value given before the command with a default."""
-    import shtab
 
     def default(value: Any) -> Any:
         return argparse.SUPPRESS if after_command else value
@@ -643,7 +663,7 @@ def _global_options(parser: argparse.ArgumentParser, *, after_command: bool) -> 
         default=default(None),
         help="store directory (default: $MAILLEDGER_STORE, else [store] path in the config"
         " file, else $XDG_DATA_HOME/mailledger)",
-    ).complete = shtab.DIRECTORY
+    ).complete_kind = "DIRECTORY"  # (for shtab, read by cmd_completion)
     g.add_argument(  # type: ignore[attr-defined]
         "--config",
         type=Path,
@@ -651,7 +671,7 @@ def _global_options(parser: argparse.ArgumentParser, *, after_command: bool) -> 
         default=default(None),
         help="TOML config file (default: $XDG_CONFIG_HOME/mailledger/config.toml, read"
         " where it exists)",
-    ).complete = shtab.FILE
+    ).complete_kind = "FILE"
     g.add_argument(
         "--memory",
         metavar="SIZE",
@@ -706,7 +726,7 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"mailledger {version()}")
+    parser.add_argument("--version", action=_Version)
     _global_options(parser, after_command=False)
     subs = parser.add_subparsers(
         dest="command", metavar="COMMAND", required=True, parser_class=_Parser
