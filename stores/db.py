@@ -111,7 +111,6 @@ class _Host:
         self.pid = os.getpid()
         self.con = duckdb.connect(":memory:", config=dict(CONFIG))
         self.lock = threading.Lock()
-        self.names = itertools.count()
         # path -> [alias, read_only, holders]: one attachment per file, shared by
         # the holders that want the same mode (DuckDB attaches a file once)
         self.attached: dict[str, list[Any]] = {}
@@ -119,7 +118,14 @@ class _Host:
 
 
 _host: _Host | None = None
+# Files that could not share ``_host``: each has an instance of its own. DuckDB
+# refuses to move an instance's spill directory once a query has used it, and a
+# file's spill directory is beside it, so a process that spilled for one store
+# (an import, then a verify) holds a second store (a script comparing two, the
+# hostile campaign's IMAP slice after its import) in another instance.
+_hosts: dict[str, _Host] = {}
 _host_lock = threading.Lock()
+_names = itertools.count()  # aliases, unique across the instances
 
 
 def _the_host() -> _Host:
@@ -127,7 +133,30 @@ def _the_host() -> _Host:
     with _host_lock:
         if _host is None or _host.pid != os.getpid():  # a forked child starts its own
             _host = _Host()
+            _hosts.clear()
         return _host
+
+
+def _host_for(key: str) -> _Host:
+    """The instance that holds (or is to hold) the file ``key``."""
+    default = _the_host()
+    with _host_lock:
+        return _hosts.get(key, default)
+
+
+def _spill_beside(host: _Host, temp: str) -> bool:
+    """Point ``host``'s spill directory at ``temp``; False when DuckDB refuses
+    because the current one has been used."""
+    now = host.con.execute("SELECT current_setting('temp_directory')").fetchall()[0][0]
+    if now == temp:
+        return True
+    try:
+        host.con.execute(f"SET temp_directory = {_quote(temp)}")
+    except duckdb.Error as exc:
+        if "temporary directory" not in str(exc):
+            raise
+        return False
+    return True
 
 
 def _quote(text: str) -> str:
@@ -137,8 +166,8 @@ def _quote(text: str) -> str:
 def connect(path: Path, *, read_only: bool, timeout: float = 30.0) -> duckdb.DuckDBPyConnection:
     """Hold the projection database (release it with ``release``), waiting up to
     ``timeout`` s for another process."""
-    host = _the_host()
     key = os.path.abspath(path)
+    host = _host_for(key)
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
@@ -154,14 +183,18 @@ def connect(path: Path, *, read_only: bool, timeout: float = 30.0) -> duckdb.Duc
                     held[2] += 1
                     alias = held[0]
                 else:
-                    alias = f"projections_{next(host.names)}"
+                    alias = f"projections_{next(_names)}"
                     # spill files beside the database, as a connection to it had them
                     # (DuckDB refuses any SET, even of the same directory, once a
                     # query has spilled: a second hold of the file would fail)
                     temp = key + ".tmp"
-                    now = host.con.execute("SELECT current_setting('temp_directory')")
-                    if now.fetchall()[0][0] != temp:
-                        host.con.execute(f"SET temp_directory = {_quote(temp)}")
+                    if not _spill_beside(host, temp):
+                        own = _Host()  # (nobody else knows it yet: no lock needed)
+                        if not _spill_beside(own, temp):
+                            raise duckdb.IOException(f"{temp}: cannot spill there")
+                        with _host_lock:
+                            _hosts[key] = own
+                        host = own
                     host.con.execute(
                         f"ATTACH {_quote(key)} AS {alias}" + (" (READ_ONLY)" if read_only else "")
                     )
@@ -186,12 +219,14 @@ def connect(path: Path, *, read_only: bool, timeout: float = 30.0) -> duckdb.Duc
 def release(con: duckdb.DuckDBPyConnection) -> None:
     """Let go of a connection from ``connect``; the file is detached (closed, its
     lock released) when its last holder lets go."""
-    host = _the_host()
     try:
         alias = con.execute("SELECT current_database()").fetchall()[0][0]
     except duckdb.Error:
         alias = None
     con.close()
+    default = _the_host()
+    with _host_lock:
+        host = next((h for h in _hosts.values() if alias in h.alias_path), default)
     with host.lock:
         key = host.alias_path.get(alias) if alias else None
         if key is None:

@@ -146,3 +146,39 @@ def test_the_file_is_held_again_after_a_query_spilled_to_disk(
         monkeypatch.setattr(db, "_host", None)
         if host is not None:
             host.con.close()
+
+
+def test_a_second_file_is_held_after_the_first_one_spilled_to_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One process, two stores (a script comparing them; the hostile campaign's
+    import, then its IMAP slice): spill files go beside each file, and DuckDB
+    refuses to move its spill directory once a query has used it. Holding the
+    second file used to fail with "Cannot switch temporary directory"."""
+    monkeypatch.setattr(db, "_host", None)  # a fresh instance with a small memory limit
+    monkeypatch.setattr(db, "_hosts", {}, raising=False)
+    monkeypatch.setitem(db.CONFIG, "memory_limit", "32MB")
+    first, second = tmp_path / "a" / "p.duckdb", tmp_path / "b" / "p.duckdb"
+    for path in (first, second):
+        path.parent.mkdir()
+        _new_db(path)
+    try:
+        con = db.connect(first, read_only=False)
+        con.execute(
+            "CREATE TEMP TABLE big AS SELECT range::VARCHAR || repeat('x', 60) AS s"
+            " FROM range(2000000)"
+        )
+        assert list((tmp_path / "a" / "p.duckdb.tmp").iterdir()), "nothing spilled"
+        other = db.connect(second, read_only=False)
+        other.execute("INSERT INTO t VALUES (2)")
+        assert other.execute("SELECT sum(x) FROM t").fetchall() == [(3,)]
+        db.release(other)
+        db.release(con)
+        again = db.connect(first, read_only=True)  # (the first file's own instance again)
+        assert again.execute("SELECT sum(x) FROM t").fetchall() == [(1,)]
+        db.release(again)
+    finally:
+        for host in [db._host, *getattr(db, "_hosts", {}).values()]:
+            if host is not None:
+                host.con.close()
+        monkeypatch.setattr(db, "_host", None)
