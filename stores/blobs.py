@@ -31,6 +31,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
+import fcntl
 import hashlib
 import os
 import sqlite3
@@ -534,39 +536,26 @@ class _PackIndex:
         if self._con is not None and self._pid == os.getpid():
             return self._con
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for attempt in range(2):
-            con = sqlite3.connect(
-                self.path, timeout=60, isolation_level=None, check_same_thread=False
-            )
-            try:
-                con.execute("PRAGMA journal_mode = WAL")
-                con.execute("PRAGMA synchronous = NORMAL")
-                if con.execute("PRAGMA user_version").fetchone()[0] != _INDEX_VERSION:
-                    con.execute("DROP TABLE IF EXISTS blobs")  # another shape: built again
-                    con.execute("DROP TABLE IF EXISTS packs")
-                    con.execute(f"PRAGMA user_version = {_INDEX_VERSION}")
-                # a pack by number in the blobs' rows: its name once (half the file);
-                # its blobs and bytes counted, so that stats reads no pack
-                con.execute(
-                    "CREATE TABLE IF NOT EXISTS packs (id INTEGER PRIMARY KEY,"
-                    " name TEXT NOT NULL UNIQUE, blobs INTEGER NOT NULL, bytes INTEGER NOT NULL,"
-                    " damage TEXT)"
+        # Processes open the index at once (an import's workers): its shape is set
+        # up by one of them at a time, under a lock, in one transaction; a second
+        # opener finds it done. Without the lock one dropped what another had made
+        # ("no such table: blobs").
+        with _flocked(Path(f"{self.path}.lock")):
+            for attempt in range(2):
+                con = sqlite3.connect(
+                    self.path, timeout=60, isolation_level=None, check_same_thread=False
                 )
-                con.execute(
-                    "CREATE TABLE IF NOT EXISTS blobs (sha BLOB NOT NULL, pack INTEGER NOT NULL,"
-                    " off INTEGER NOT NULL, len INTEGER NOT NULL, PRIMARY KEY (sha, pack))"
-                    " WITHOUT ROWID"
-                )
-                con.execute("CREATE INDEX IF NOT EXISTS blobs_pack ON blobs (pack)")
-                con.execute("SELECT count(*) FROM packs").fetchall()
-                break
-            except sqlite3.DatabaseError:
-                con.close()
-                if attempt:
-                    raise
-                for suffix in ("", "-wal", "-shm"):  # derived: built again from the packs
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(f"{self.path}{suffix}")
+                try:
+                    _set_up(con)
+                    break
+                except sqlite3.DatabaseError as exc:
+                    con.close()
+                    if attempt or _errorname(exc) not in _UNREADABLE:
+                        raise _os_error(exc, self.path) from exc
+                    # not a database: derived, so built again from the packs
+                    for suffix in ("", "-wal", "-shm"):
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(f"{self.path}{suffix}")
         os.chmod(self.path, 0o600)
         self._con, self._pid = con, os.getpid()
         return con
@@ -654,9 +643,11 @@ class _PackIndex:
                     [(bytes.fromhex(sha), pack, off, length) for sha, off, length in entries],
                 )
                 con.execute("COMMIT")
-            except BaseException:
+            except BaseException as exc:
                 with contextlib.suppress(sqlite3.Error):
                     con.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.DatabaseError):
+                    raise _os_error(exc, self.path) from exc
                 raise
 
     def remove(self, name: str) -> None:
@@ -675,6 +666,72 @@ class _PackIndex:
                 with contextlib.suppress(sqlite3.Error):
                     con.execute("ROLLBACK")
                 raise
+
+
+_UNREADABLE = frozenset({"SQLITE_CORRUPT", "SQLITE_NOTADB"})
+
+
+def _errorname(exc: sqlite3.Error) -> str:
+    return getattr(exc, "sqlite_errorname", "")
+
+
+def _os_error(exc: sqlite3.DatabaseError, path: Path) -> Exception:
+    """A full disk or a failed write of the index as the ``OSError`` the CLI reports
+    (the file and the cause); any other SQLite error as it is."""
+    name = _errorname(exc)
+    if name == "SQLITE_FULL":
+        why = "cannot write the blob index: No space left on device"
+        return OSError(errno.ENOSPC, why, str(path))
+    if name.startswith("SQLITE_IOERR") or name in ("SQLITE_READONLY", "SQLITE_CANTOPEN"):
+        return OSError(errno.EIO, f"cannot use the blob index: {exc}", str(path))
+    return exc
+
+
+def _set_up(con: sqlite3.Connection) -> None:
+    """The index's shape, in one transaction (the caller holds the set-up lock)."""
+    con.execute("PRAGMA journal_mode = WAL")
+    con.execute("PRAGMA synchronous = NORMAL")
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        if con.execute("PRAGMA user_version").fetchone()[0] != _INDEX_VERSION:
+            con.execute("DROP TABLE IF EXISTS blobs")  # another shape: built again
+            con.execute("DROP TABLE IF EXISTS packs")
+            con.execute(f"PRAGMA user_version = {_INDEX_VERSION}")
+        # a pack by number in the blobs' rows: its name once (half the file);
+        # its blobs and bytes counted, so that stats reads no pack
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS packs (id INTEGER PRIMARY KEY,"
+            " name TEXT NOT NULL UNIQUE, blobs INTEGER NOT NULL, bytes INTEGER NOT NULL,"
+            " damage TEXT)"
+        )
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS blobs (sha BLOB NOT NULL, pack INTEGER NOT NULL,"
+            " off INTEGER NOT NULL, len INTEGER NOT NULL, PRIMARY KEY (sha, pack))"
+            " WITHOUT ROWID"
+        )
+        con.execute("CREATE INDEX IF NOT EXISTS blobs_pack ON blobs (pack)")
+        con.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            con.execute("ROLLBACK")
+        raise
+    con.execute("SELECT count(*) FROM packs").fetchall()
+
+
+@contextlib.contextmanager
+def _flocked(path: Path) -> Iterator[None]:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        yield  # a store this process cannot write: nobody here sets the index up
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def _size(path: Path) -> int:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import multiprocessing
 import os
+import random
 import signal
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -13,6 +17,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -370,3 +375,84 @@ def test_a_store_left_with_with_keeps_no_file_open(tmp_path: Path) -> None:
         with contextlib.suppress(FileNotFoundError):  # (the listing's own descriptor)
             held.append(os.readlink(f"/proc/self/fd/{fd}"))
     assert not [p for p in held if p.startswith(str(tmp_path))]
+
+
+class _SlowConnection(sqlite3.Connection):
+    """A connection that yields the CPU before each statement: the scheduling a
+    loaded machine gives, so that processes opening the index interleave."""
+
+    def execute(self, *args: Any, **kwargs: Any) -> sqlite3.Cursor:
+        time.sleep(random.random() * 0.003)
+        return super().execute(*args, **kwargs)
+
+
+def _open_and_use_index(path: str, barrier: Any, answers: Any) -> None:
+    from stores.blobs import _PackIndex
+
+    barrier.wait()
+    index = _PackIndex(Path(path))
+    try:
+        index.add(f"pack-{os.getpid()}", [("ab" * 32, 0, 10)], 10)
+        answers.put(len(index.lookup("ab" * 32)) >= 1)
+    except Exception as exc:  # reported to the test, which names it
+        answers.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_processes_opening_a_new_pack_index_at_once_all_use_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An import's workers open the index at once; before its shape was set up
+    under a lock, one dropped the tables another had just made (CI: "no such
+    table: blobs" on the import that followed a full disk)."""
+    connect = sqlite3.connect
+    monkeypatch.setattr(
+        sqlite3, "connect", lambda *a, **k: connect(*a, **k, factory=_SlowConnection)
+    )
+    ctx = multiprocessing.get_context("fork")
+    for trial in range(30):
+        path = tmp_path / f"index-{trial}.sqlite"
+        barrier, answers = ctx.Barrier(6), ctx.Queue()
+        procs = [
+            ctx.Process(target=_open_and_use_index, args=(str(path), barrier, answers))
+            for _ in range(6)
+        ]
+        for p in procs:
+            p.start()
+        got = [answers.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join()
+        assert got == [True] * 6, f"trial {trial}: {got}"
+        assert all(p.exitcode == 0 for p in procs)
+
+
+def test_a_full_disk_under_the_pack_index_is_an_os_error_naming_the_file(
+    tmp_path: Path,
+) -> None:
+    """SQLite's "database or disk is full" reaches the CLI as the OSError it
+    reports (file and cause, exit 1, no traceback), and the index stays usable."""
+    from stores.blobs import _PackIndex
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    try:
+        index = _PackIndex(mnt / ".packs.sqlite")
+        index.add("pack-0", [("00" * 32, 0, 1)], 1)
+        with pytest.raises(OSError) as raised:
+            for n in range(1, 10_000):
+                entries = [
+                    (hashlib.sha256(f"{n}-{k}".encode()).hexdigest(), k, 1) for k in range(200)
+                ]
+                index.add(f"pack-{n}", entries, 200)
+        assert raised.value.errno == errno.ENOSPC
+        assert "No space left" in str(raised.value) and ".packs.sqlite" in str(raised.value)
+        assert index.has("pack-0") and index.lookup("00" * 32) == [("pack-0", 0, 1)]
+        index.close()
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
