@@ -313,11 +313,28 @@ def tmpfs(where: Path, size: str) -> Iterator[Path]:
     try:
         yield where
     finally:
-        for _ in range(50):
-            if subprocess.run(["umount", str(where)], capture_output=True, check=False).returncode:
-                time.sleep(0.1)
-            else:
-                break
+        _unmount(where)
+
+
+# Mounts whose file system stayed busy (who held it, as fuser saw it): printed
+# by ``main``. A lazy unmount lets the campaign go on and clean up after itself.
+BUSY_MOUNTS: list[str] = []
+
+
+def _unmount(where: Path, wait: float = 30.0) -> None:
+    deadline = time.monotonic() + wait
+    while subprocess.run(["umount", str(where)], capture_output=True, check=False).returncode:
+        if time.monotonic() > deadline:
+            held = "fuser is not installed"
+            if shutil.which("fuser"):
+                who = subprocess.run(
+                    ["fuser", "-vm", str(where)], capture_output=True, text=True, check=False
+                )
+                held = " ".join((who.stdout + who.stderr).split())[:300] or "nobody fuser saw"
+            BUSY_MOUNTS.append(f"{where.name}: busy {wait:.0f} s after its trial: {held}")
+            subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+            return
+        time.sleep(0.1)
 
 
 def _grow(where: Path, size: str) -> None:
@@ -507,6 +524,8 @@ def main(trials: int = FULL_TRIALS, seed: int = SEED, workdir: Path | None = Non
             + (f" found-by-verify-only={c['verify_only']}" if "verify_only" in c else ""),
             flush=True,
         )
+    for busy in BUSY_MOUNTS:
+        print(f"storage NOTE {busy}", file=sys.stderr)
     for s in dict.fromkeys(result.skipped):
         print(f"storage SKIPPED {s}", file=sys.stderr)
     result.figures = counts
