@@ -320,8 +320,11 @@ class _FolderSync:
         suspects = []
         for env in self.src.envelopes(sorted(held)) if held else ():  # expunged: no evidence
             mid, sha, size = held[env.uid]
-            no_id = env.message_id is None and mid == synthetic_message_id(sha)
-            if (env.message_id != mid and not no_id) or (size is not None and size != env.size):
+            # A synthetic id says our parse found no Message-ID in the header; the
+            # server's may find one (after a line that is no header field, say):
+            # such a message is compared by its size alone.
+            synthetic = mid == synthetic_message_id(sha)
+            if (env.message_id != mid and not synthetic) or (size is not None and size != env.size):
                 suspects.append(env.uid)
         fetched = self.src.bodies(suspects) if suspects else {}
         fr.bodies += len(fetched)

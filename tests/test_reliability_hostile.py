@@ -195,3 +195,29 @@ def test_a_utf8_message_id_is_known_from_its_envelope(
     archive = run.folder(drv.account, "Archive")
     assert (archive["known"], archive["bodies"]) == (1, 0)
     assert sum(s.body_count for s in user.sessions_since(mark)) == 0
+
+
+def test_a_message_whose_id_only_the_server_finds_is_confirmed_without_its_body(
+    dovecot: Any, imap_user: Any, tmp_path: Path
+) -> None:
+    """A line that is no header field ends the header for our parser (the message
+    gets a synthetic id), while the server still reads the Message-ID below it.
+    The idle check of known UIDs compared the two, never equal, and downloaded
+    the body on every run that sampled it (the hostile slice's flaky
+    'idle re-run: bodies downloaded')."""
+    from torture.network import SyncDriver
+
+    user = imap_user("fastmail")
+    raw = (
+        b"From: a@x.example\r\nJust a line without a colon\r\n"
+        b"Message-ID: <only-the-server@x.example>\r\nSubject: s\r\n\r\nbody\r\n"
+    )
+    user.save("INBOX", raw)
+    drv = SyncDriver(dovecot, tmp_path, dovecot.imap_port, folders=("INBOX",))
+    assert drv.sync("--apply").code == 0
+    mark = dovecot.log_mark()
+    for _ in range(3):  # one UID held: every idle run samples it
+        run = drv.sync("--apply")
+        assert run.code == 0
+        assert run.folder(drv.account, "INBOX")["bodies"] == 0
+    assert sum(s.body_count for s in user.sessions_since(mark)) == 0
