@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import email
-import email.policy
 import fcntl
 import functools
 import itertools
@@ -25,7 +23,6 @@ import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from email.message import EmailMessage
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -33,7 +30,6 @@ import duckdb
 import pyarrow as pa
 
 from pipeline.clock import Clock, SystemClock, new_run_id
-from pipeline.parse import ParsedMessage, parse_message
 from pipeline.progress import NO_PROGRESS, Progress
 from projections.fold import (
     FOLD_SCHEMA,
@@ -63,6 +59,9 @@ from stores.events import Event, MessageDeleted, MessageSeen
 from stores.log import EventLog, read_columns
 
 if TYPE_CHECKING:
+    from email.message import EmailMessage
+
+    from pipeline.parse import ParsedMessage
     from stores.purge import PurgeReport
 
 __all__ = ["MessageStore", "SeenOutcome"]
@@ -609,6 +608,8 @@ class MessageStore:
         """
         if message_id is not None and (not message_id or any(c.isspace() for c in message_id)):
             raise UsageError(f"a Message-ID may not be empty or hold whitespace: {message_id!r}")
+        from pipeline.parse import parse_message  # (email's parser: not every command's)
+
         parsed = parse_message(raw_bytes)
         if message_id is not None:
             parsed = dataclasses.replace(parsed, message_id=message_id, synthetic_id=True)
@@ -764,6 +765,10 @@ class MessageStore:
 
     def message(self, msg_id: str) -> EmailMessage:
         """The message parsed as an ``email.message.EmailMessage``."""
+        import email
+        import email.policy
+        from email.message import EmailMessage
+
         msg = email.message_from_bytes(self.raw(msg_id), policy=email.policy.default)
         assert isinstance(msg, EmailMessage)
         return msg
