@@ -44,21 +44,24 @@ File shape (keys may be added, never renamed)::
 
 from __future__ import annotations
 
-import difflib
-import ipaddress
 import json
 import re
-import shlex
-import ssl
-import subprocess
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from stores.errors import ConfigError
+
+if TYPE_CHECKING:
+    import ssl
+    import subprocess
+
+# ssl, subprocess, difflib, ipaddress and shlex are imported where used: every
+# command reads this module for the store's path, and most (stats, find, show)
+# never make a TLS context, run a password command or mistype a key
 
 __all__ = [
     "DEFAULT_EXCLUDE",
@@ -235,6 +238,8 @@ def is_loopback(host: str) -> bool:
     name = host.strip().rstrip(".").lower()
     if name == "localhost":
         return True
+    import ipaddress
+
     try:
         return ipaddress.ip_address(name.strip("[]")).is_loopback
     except ValueError:
@@ -246,6 +251,8 @@ def tls_context(account: Account) -> ssl.SSLContext | None:
     checked), or ``None`` when the account uses ``tls = "none"``."""
     if account.tls == "none":
         return None
+    import ssl
+
     return ssl.create_default_context(cafile=str(account.ca_file) if account.ca_file else None)
 
 
@@ -284,6 +291,8 @@ class _Problems:
                     full, "passwords do not go in the file; use password_env or password_command"
                 )
                 continue
+            import difflib
+
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             # the value is never shown: a mistyped key may hold a secret
@@ -435,6 +444,8 @@ class _AccountReader:
                 "password_env", f"must name an environment variable, got {_show(password_env)}"
             )
         if password_command is not None:
+            import shlex
+
             try:
                 argv = shlex.split(password_command)
             except ValueError as exc:  # unbalanced quotes; the command itself is not shown
@@ -640,7 +651,7 @@ def _one_line(secret: str, where: str) -> str:
 def resolve_secret(
     account: Account,
     env: Mapping[str, str],
-    run: Callable[..., subprocess.CompletedProcess[bytes]] = subprocess.run,
+    run: Callable[..., subprocess.CompletedProcess[bytes]] | None = None,
     *,
     timeout: float = 120.0,
 ) -> str:
@@ -662,6 +673,10 @@ def resolve_secret(
         return _one_line(value, f"{account._where('password_env')}: {account.password_env}")
     if not account.password_command:
         raise ConfigError(f"{account._where('password_env')}: no password_env or password_command")
+    import shlex
+    import subprocess
+
+    run = run or subprocess.run
     where = account._where("password_command")
     try:
         argv = shlex.split(account.password_command)

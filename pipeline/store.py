@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import email
-import email.policy
 import fcntl
 import functools
 import itertools
@@ -25,7 +23,6 @@ import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from email.message import EmailMessage
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -33,7 +30,6 @@ import duckdb
 import pyarrow as pa
 
 from pipeline.clock import Clock, SystemClock, new_run_id
-from pipeline.parse import ParsedMessage, parse_message
 from pipeline.progress import NO_PROGRESS, Progress
 from projections.fold import (
     FOLD_SCHEMA,
@@ -63,6 +59,9 @@ from stores.events import Event, MessageDeleted, MessageSeen
 from stores.log import EventLog, read_columns
 
 if TYPE_CHECKING:
+    from email.message import EmailMessage
+
+    from pipeline.parse import ParsedMessage
     from stores.purge import PurgeReport
 
 __all__ = ["MessageStore", "SeenOutcome"]
@@ -137,6 +136,8 @@ class MessageStore:
         # into a large store as into a small one
         self.fold_share = 0.0
         self._folded = 0  # the seq the projections were at after this store's last fold
+        # the applied seq this store last saw the projections at, when it was the log's end
+        self._applied_seen: int | None = None
         # bytes a rebuild (replay, verify) may use in all; None: db.default_budget()
         self.memory_budget: int = db.default_budget()
         self._views_ok = False  # the file's events view is known to read this log
@@ -240,6 +241,8 @@ class MessageStore:
                     applied, last = applied_seq(con), self.log.last_seq()
                     if applied == last or (stale_ok and self._lag_is_ours(applied, last)):
                         if self._views_current(con, last):
+                            if applied == last:
+                                self._applied_seen = applied
                             self._con, self._con_rw = con, False
                             return con
                         db.release(con)
@@ -268,6 +271,18 @@ class MessageStore:
             self._con, self._con_rw = db.connect(self.db_path, read_only=True), False
         assert self._con is not None
         return self._con
+
+    def _nothing_to_fold(self) -> bool:
+        """True when this store saw the projections hold the whole log, has committed
+        nothing since and the log has not grown: a catch-up (the end of every sync,
+        an idle one too) would take the write hold only to learn that, and wait for
+        every other process reading the store to let go first."""
+        return (
+            not self._unapplied
+            and self._views_ok
+            and self._applied_seen is not None
+            and self._applied_seen == self.log.last_seq()
+        )
 
     def _lag_is_ours(self, applied: int, last: int) -> bool:
         """True when every event the projections lack is one this store committed and
@@ -302,6 +317,7 @@ class MessageStore:
         self._folded = max(seq, last)
         if not self._views_ok:  # (the log's first events: the view reads them now)
             self._persist_views(con)
+        self._applied_seen = max(seq, last)
 
     def _rebuild(
         self, con: duckdb.DuckDBPyConnection, scratch: Path, progress: Progress = NO_PROGRESS
@@ -375,6 +391,9 @@ class MessageStore:
     @_uses_db
     def catch_up(self) -> int:
         """Fold every committed event the projections have not seen; returns their seq."""
+        if self._nothing_to_fold():
+            assert self._applied_seen is not None
+            return self._applied_seen
         try:
             con = self._writer()
             self._catch_up(con)  # applies this batch (and any a crash left unapplied)
@@ -609,6 +628,8 @@ class MessageStore:
         """
         if message_id is not None and (not message_id or any(c.isspace() for c in message_id)):
             raise UsageError(f"a Message-ID may not be empty or hold whitespace: {message_id!r}")
+        from pipeline.parse import parse_message  # (email's parser: not every command's)
+
         parsed = parse_message(raw_bytes)
         if message_id is not None:
             parsed = dataclasses.replace(parsed, message_id=message_id, synthetic_id=True)
@@ -764,6 +785,10 @@ class MessageStore:
 
     def message(self, msg_id: str) -> EmailMessage:
         """The message parsed as an ``email.message.EmailMessage``."""
+        import email
+        import email.policy
+        from email.message import EmailMessage
+
         msg = email.message_from_bytes(self.raw(msg_id), policy=email.policy.default)
         assert isinstance(msg, EmailMessage)
         return msg

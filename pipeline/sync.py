@@ -440,7 +440,8 @@ class _FolderSync:
         # Envelopes (Message-ID, size) tell which bodies the store holds already. A
         # store that holds no message at all holds none of them: its first sync
         # fetches the bodies at once (with their INTERNALDATE), one pass, not two.
-        self._dates = not self.store.holds_messages()
+        # (With no UID to take, as in every idle sync, the store is not asked.)
+        self._dates = bool(uids) and not self.store.holds_messages()
         if self._dates:
             envelopes = [Envelope(uid, 0, None, None) for uid in uids]
             self.src.internal_dates.clear()

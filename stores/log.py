@@ -41,9 +41,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -80,6 +79,8 @@ _FIRST_KEY = b"mailledger.first_seq"
 _LAST_KEY = b"mailledger.last_seq"
 _VERSION_KEY = b"mailledger.schema_version"
 _CHECKED = ".checked.json"
+# how long after its last change a directory's listing may be kept (see _listed)
+_SETTLED_NS = 2_000_000_000
 
 
 _V2 = "v2:"  # marks a digest of the canonical form; the first (JSON) format is bare hex
@@ -248,8 +249,12 @@ def _value_bytes(arr: pa.Array) -> bytes | pa.Buffer:
     return data.slice(start, end - start)
 
 
-@dataclass(frozen=True)
-class LogFile:
+class LogFile(NamedTuple):
+    """One file of the log: the seq range its name gives, and where it is.
+
+    (A tuple, not a dataclass: a listing of 1,000 files builds 1,000 of them, and
+    a frozen dataclass cost twice as much to make.)"""
+
     first: int
     last: int
     root: Path
@@ -293,23 +298,56 @@ class EventLog:
         # and rewrites under one lock); other threads wait as other processes do
         self._lock_owner: int | None = None
         self._lock_depth = 0
+        # the last listing of the directory, kept while the directory is unchanged:
+        # (its stat key, every name, the log files in order, files() or None)
+        self._listing: tuple[tuple[int, ...], list[str], list[LogFile], list[LogFile] | None] | None
+        self._listing = None
 
     # -- layout -------------------------------------------------------------
     def create(self) -> None:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
 
+    def _listed(
+        self,
+    ) -> tuple[tuple[int, ...], list[str], list[LogFile], list[LogFile] | None]:
+        """The directory's listing: its names, and its log files sorted by first seq
+        (the wider file first where two start alike).
+
+        A command asks for it a dozen times (every read, every open of the
+        projections, every append), and at 1,000 files a listing costs
+        milliseconds: the last one is kept while the directory's stat (inode,
+        mtime, ctime) is unchanged, since a file added, removed or renamed in it
+        changes its mtime and ctime. A listing is kept only when the directory's
+        mtime or ctime is at least ``_SETTLED_NS`` older than the listing: a
+        filesystem stamps times at a granularity (a clock tick, up to 2 s on
+        some), so a second change within the tick of the one seen could leave
+        both as they were; a change after ``_SETTLED_NS`` stamps both anew.
+        """
+        now = time.time_ns()
+        st = os.stat(self.root)
+        key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        cached = self._listing
+        if cached is not None and cached[0] == key:
+            return cached
+        names = os.listdir(self.root)
+        files = []
+        root = self.root
+        for name in names:
+            if name.endswith(".parquet"):
+                m = _NAME.match(name)
+                if m:
+                    files.append(LogFile(int(m.group(1)), int(m.group(2)), root, name))
+        files.sort(key=lambda f: (f.first, -f.last))
+        listing = (key, names, files, None)
+        if now - min(st.st_mtime_ns, st.st_ctime_ns) >= _SETTLED_NS:
+            self._listing = listing
+        return listing
+
     def _all_files(self) -> list[LogFile]:
-        out = []
         try:
-            names = os.listdir(self.root)
+            return list(self._listed()[2])
         except FileNotFoundError:
             return []
-        for name in names:
-            m = _NAME.match(name)
-            if m:
-                out.append(LogFile(int(m.group(1)), int(m.group(2)), self.root, name))
-        out.sort(key=lambda f: (f.first, -f.last))
-        return out
 
     def files(self) -> list[LogFile]:
         """The files that hold the log, in seq order, each seq exactly once.
@@ -317,9 +355,15 @@ class EventLog:
         Files wholly covered by a wider one (left by a compaction that has not
         removed them yet) are passed over. A gap or a partial overlap is damage.
         """
+        try:
+            listing = self._listed()
+        except FileNotFoundError:
+            return []
+        if listing[3] is not None:
+            return list(listing[3])
         chosen: list[LogFile] = []
         expected = 1
-        for f in self._all_files():
+        for f in listing[2]:
             if f.last < f.first:
                 raise LogIntegrityError(f"{f.path}: seq range is reversed")
             if f.last < expected:
@@ -331,7 +375,9 @@ class EventLog:
                 )
             chosen.append(f)
             expected = f.last + 1
-        return chosen
+        if self._listing is listing:
+            self._listing = (*listing[:3], chosen)
+        return list(chosen)
 
     def last_seq(self) -> int:
         files = self.files()
@@ -511,7 +557,7 @@ class EventLog:
 
     def _remove_leftovers(self) -> None:
         """Drop temporary files of crashed writers (only ever called under the lock)."""
-        for name in os.listdir(self.root):
+        for name in self._listed()[1]:
             if name.startswith(".tmp-"):
                 (self.root / name).unlink(missing_ok=True)
 
@@ -658,9 +704,9 @@ class EventLog:
 
     def _remove_covered(self) -> None:
         """Remove files wholly covered by a wider one (a compaction that crashed midway)."""
-        keep = {f.path for f in self.files()}
+        keep = set(self.files())  # (compared as tuples: a Path per file was 2,000 a commit)
         for f in self._all_files():
-            if f.path not in keep:
+            if f not in keep:
                 f.path.unlink(missing_ok=True)
 
     def rewrite(self, f: LogFile, table: pa.Table) -> None:

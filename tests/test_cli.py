@@ -224,6 +224,27 @@ def test_a_bad_config_file_is_a_usage_error_naming_file_and_key(
     assert code == 2 and "absent.toml" in capsys.readouterr().err
 
 
+def test_reading_commands_import_no_tls_no_mail_parser_and_no_key_suggester(
+    filled: Path,
+) -> None:
+    # a cron job's `stats` pays for every module it imports: TLS (ssl), the
+    # email package's parsing policy and the config's "did you mean" helper are
+    # for sync, show and a mistyped key only
+    probe = (
+        "import sys\n"
+        "from pipeline.cli import main\n"
+        f"code = main(['--store', {str(filled)!r}, 'stats'], env={{}})\n"
+        "heavy = ('ssl', 'email.policy', 'email.headerregistry', 'difflib', 'shlex',"
+        " 'pipeline.parse')\n"
+        "print(code, sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False, cwd=REPO
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "0 []"
+
+
 def test_version_prints_the_package_version_and_exits_0() -> None:
     from importlib.metadata import version
 

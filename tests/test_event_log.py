@@ -634,6 +634,69 @@ def test_a_writer_waits_for_the_lock_and_times_out_when_it_stays_held(log: Event
         holder.wait()
 
 
+# -- listing ------------------------------------------------------------------------
+
+
+def _count_listings(monkeypatch: pytest.MonkeyPatch, root: Path) -> list[str]:
+    """A list that grows by one entry each time ``root`` is listed."""
+    calls: list[str] = []
+    listdir = os.listdir
+
+    def counting(path: str | os.PathLike[str] = ".") -> list[str]:
+        if os.fspath(path) == os.fspath(root):
+            calls.append(os.fspath(path))
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", counting)
+    return calls
+
+
+def _settle(root: Path) -> None:
+    """Stamp the directory as last changed a minute ago (as a log is between runs)."""
+    old = time.time() - 60
+    os.utime(root, (old, old))
+
+
+def test_a_settled_log_directory_is_listed_once_however_often_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = EventLog(tmp_path / "log")
+    fill(log, [2, 3, 1])
+    _settle(log.root)
+    calls = _count_listings(monkeypatch, log.root)
+    for _ in range(5):
+        assert log.last_seq() == 6
+        assert [f.rows for f in log.files()] == [2, 3, 1]
+        assert seqs(log, after=4) == [5, 6]
+    assert len(calls) == 1
+
+
+def test_a_kept_listing_still_sees_what_another_writer_adds_or_merges(tmp_path: Path) -> None:
+    reader, writer = EventLog(tmp_path / "log"), EventLog(tmp_path / "log")
+    fill(writer, [2, 3])
+    _settle(reader.root)
+    assert reader.last_seq() == 5
+    writer.append([deleted(5)])
+    assert reader.last_seq() == 6
+    _settle(reader.root)
+    assert len(reader.files()) == 3
+    writer.compact()
+    assert [(f.first, f.last) for f in reader.files()] == [(1, 6)]
+    assert seqs(reader) == list(range(1, 7))
+
+
+def test_a_log_directory_changed_just_now_is_listed_again_at_every_read(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a change within the same tick of the filesystem's clock could leave the
+    # directory's times as they were: a fresh listing is never kept
+    fill(log, [1, 1])
+    calls = _count_listings(monkeypatch, log.root)
+    assert log.last_seq() == 2
+    assert log.last_seq() == 2
+    assert len(calls) == 2
+
+
 # -- permissions ----------------------------------------------------------------------
 
 

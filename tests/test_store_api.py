@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from pathlib import Path
@@ -15,6 +16,7 @@ from freezegun import freeze_time
 
 from pipeline.store import MessageStore
 from stores.errors import NotFoundError, UsageError
+from stores.events import MessageDeleted
 
 
 class StepClock:
@@ -402,6 +404,53 @@ def test_another_process_can_read_the_projections_while_a_writer_store_stays_ope
         [sys.executable, "-c", _TRY_READ, str(store.db_path)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
+
+
+_HOLD_READ = """
+import sys, duckdb
+con = duckdb.connect(sys.argv[1], read_only=True)
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_catch_up_with_nothing_to_fold_does_not_wait_for_another_process_reading(
+    store: MessageStore,
+) -> None:
+    """The end of every sync, an idle one too, asks the store to catch up. With
+    nothing to fold it used to take the write hold anyway, and so wait for any
+    other process reading the store (a `find`, a `stats`) to let go, up to 30 s."""
+    store.add("u1", LIVE)
+    assert store.get(LIVE_ID) is not None  # (the projections seen at the log's end)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_READ, str(store.db_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert reader.stdin is not None and reader.stdout is not None
+    try:
+        assert reader.stdout.readline().strip() == "holding"
+        t0 = time.monotonic()
+        assert store.catch_up() == store.log.last_seq() == 1
+        assert time.monotonic() - t0 < 5
+    finally:
+        reader.stdin.close()
+        reader.wait()
+
+
+def test_a_catch_up_folds_what_another_store_committed_without_folding(
+    store: MessageStore,
+) -> None:
+    store.add("u1", LIVE)
+    assert store.get(LIVE_ID) is not None
+    other = MessageStore.open(store.root)
+    deleted = MessageDeleted(
+        run_id="r", recorded_at=datetime(2026, 7, 1, tzinfo=UTC), message_id=LIVE_ID, actor="test"
+    )
+    other.commit([deleted], apply=False)  # (as a writer killed before its fold)
+    assert store.catch_up() == store.log.last_seq() == 2
+    assert store.get(LIVE_ID) is None
 
 
 def test_a_read_whose_catch_up_fails_leaves_no_stale_hold_and_the_next_read_catches_up(

@@ -130,6 +130,38 @@ def test_full_then_idle_second_run_fetches_no_body_on_the_wire(
     assert session.body_count == 0 and session.body_bytes == 0
 
 
+def test_an_idle_sync_reads_the_projections_only_as_it_must_and_never_writes_them(
+    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a cron job's idle sync holds the projection file per question it asks: it
+    # takes no write hold (that waits for every other reader) and does not ask
+    # whether the store holds mail when there is no UID to take
+    from stores import db
+
+    user, env = fastmail
+    for i in range(3):
+        user.save("INBOX", _msg(i))
+    assert env.sync("--apply", capsys=capsys)[0] == 0
+    holds: list[bool] = []
+    asked: list[str] = []
+    connect, holds_messages = db.connect, MessageStore.holds_messages
+
+    def counting(path: Path, *, read_only: bool, timeout: float = 30.0) -> Any:
+        holds.append(read_only)
+        return connect(path, read_only=read_only, timeout=timeout)
+
+    def asking(store: MessageStore) -> bool:
+        asked.append("holds_messages")
+        return holds_messages(store)
+
+    monkeypatch.setattr(db, "connect", counting)
+    monkeypatch.setattr(MessageStore, "holds_messages", asking)
+    code, report = env.sync("--apply", capsys=capsys)
+    assert code == 0 and _folder(report, "fastmail", "INBOX")["new"] == 0
+    assert holds and all(holds)  # read-only, every one
+    assert asked == []
+
+
 def test_uid_star_trap_cursor_at_highest_uid_reports_zero_new(
     fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
 ) -> None:
