@@ -292,3 +292,25 @@ def test_a_worker_process_loads_neither_pyarrow_nor_duckdb() -> None:
     assert prepare.__module__ == "pipeline.prepare"
     # and this process, which commits, does load them: the check above is not vacuous
     assert eval(_HEAVY) == ["duckdb", "pyarrow"]
+
+
+def test_prepare_asks_the_blob_index_once_for_a_chunk_not_once_a_message(tmp_path: Path) -> None:
+    import importlib
+
+    prepare_mod = importlib.import_module("pipeline.prepare")
+    blobs = stores.blobs.BlobStore(tmp_path / "blobs")
+    blobs.create()
+    raws = [_msg(f"m{i}@x", f"s{i}") for i in range(50)]
+    prepare(raws[:1], str(blobs.root))  # the index exists now, holding the first
+    index = prepare_mod._blobs_at(str(blobs.root))._where._open()
+    asked: list[str] = []
+    index.set_trace_callback(lambda sql: asked.append(sql) if "WHERE sha" in sql else None)
+    try:
+        out = prepare(raws, str(blobs.root))
+    finally:
+        index.set_trace_callback(None)
+    assert [r.written for r in out] == [False] + [True] * 49
+    # one look before compressing, one in put_many before the pack is written
+    assert len(asked) == 2, asked
+    reader = stores.blobs.BlobStore(blobs.root)
+    assert all(reader.get(stores.blobs.sha256_hex(r)) == r for r in raws)
