@@ -314,3 +314,56 @@ def test_prepare_asks_the_blob_index_once_for_a_chunk_not_once_a_message(tmp_pat
     assert len(asked) == 2, asked
     reader = stores.blobs.BlobStore(blobs.root)
     assert all(reader.get(stores.blobs.sha256_hex(r)) == r for r in raws)
+
+
+def _counting_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    asked: list[str] = []
+    for name in ("stored_ids", "locations_at"):
+        real = getattr(MessageStore, name)
+
+        def counted(
+            self: MessageStore, *a: Any, _real: Any = real, _name: str = name, **k: Any
+        ) -> Any:
+            asked.append(_name)
+            return _real(self, *a, **k)
+
+        monkeypatch.setattr(MessageStore, name, counted)
+    return asked
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_import_into_an_empty_store_asks_the_projections_nothing(
+    tmp_path: Path, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Everything on record is what the run recorded itself: no lookup can learn more."""
+    root = tmp_path / "md"
+    for i in range(10):  # each message twice, five files apart: in another batch
+        _put(root / "cur" / f"{i}:2,", _msg(f"m{i % 5}@x", f"s{i % 5}"))
+    asked = _counting_lookups(monkeypatch)
+    with _open(tmp_path / "store") as st:
+        first = import_maildir(st, root, workers=workers, batch_size=2)
+        assert first.balanced and first.events == 10 and asked == []
+        assert (first.new_messages, first.duplicates) == (5, 5)
+        assert (first.bodies_fetched, first.known_skipped) == (5, 5)
+        again = import_maildir(st, root, workers=workers, batch_size=2)
+        assert again.balanced and again.events == 0 and asked  # a store with messages: asked
+        assert (again.duplicates, again.known_skipped) == (10, 10)
+        assert st.verify() == [] and len(st.message_ids()) == 5
+
+
+def test_another_writer_during_an_import_into_an_empty_store_is_seen(tmp_path: Path) -> None:
+    root = tmp_path / "md"
+    names = [f"{i}:2," for i in range(6)]
+    for i, name in enumerate(names):
+        _put(root / "cur" / name, _msg(f"m{i}@x", f"s{i}"))
+    with _open(tmp_path / "store") as st:
+        ingest = Ingest(st, "import:test", batch_size=2)
+        _offer_files(ingest, root, names[:4])  # the first batch is committed
+        assert st.log.last_seq() == 2
+        with _open(tmp_path / "store") as other:
+            other.add(None, (root / "cur" / names[4]).read_bytes(), source="other")
+        _offer_files(ingest, root, names[4:])
+        ingest.flush()
+        c = ingest.counts
+        assert c.balanced and (c.new_messages, c.conflicts_other_source) == (5, 1)
+        assert st.verify() == []
