@@ -367,3 +367,33 @@ def test_another_writer_during_an_import_into_an_empty_store_is_seen(tmp_path: P
         c = ingest.counts
         assert c.balanced and (c.new_messages, c.conflicts_other_source) == (5, 1)
         assert st.verify() == []
+
+
+def test_an_import_into_a_new_store_builds_its_projections_once_at_the_end(
+    tmp_path: Path,
+) -> None:
+    """No fold into tables that grow with each one: one build from the log, as a
+    replay makes, when the run is done; a store that has projections folds as before."""
+    root = tmp_path / "md"
+    names = [f"{i}:2," for i in range(12)]
+    for i, name in enumerate(names):
+        _put(root / "cur" / name, _msg(f"m{i % 9}@x", f"s{i % 9}"))
+    with _open(tmp_path / "store") as st:
+        st.fold_every = 2  # a fold would be due after every batch
+        ingest = Ingest(st, "import:test", batch_size=2)
+        _offer_files(ingest, root, names[:8])
+        assert len(st.log.files()) >= 3 and not st.db_path.exists()
+        _offer_files(ingest, root, names[8:])
+        ingest.flush()
+        assert st.db_path.exists() and ingest.counts.balanced
+        assert (ingest.counts.new_messages, ingest.counts.duplicates) == (9, 3)
+        assert len(st.message_ids()) == 9 and st.verify() == []
+        # the projections exist now: a later run folds as it goes, when a fold is due
+        more = tmp_path / "more"
+        for i in range(3):
+            _put(more / "cur" / f"{i}:2,", _msg(f"n{i}@x", f"t{i}"))
+        ingest = Ingest(st, "import:more", batch_size=1)
+        _offer_files(ingest, more, [f"{i}:2," for i in range(3)])  # two batches committed
+        assert st._unapplied == []
+        ingest.flush()
+        assert len(st.message_ids()) == 12 and st.verify() == []
