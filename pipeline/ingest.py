@@ -324,6 +324,10 @@ class Ingest:
         self._ghosts: set[str] = set()
         self._locs: set[tuple[Any, ...]] = set()
         self._places: set[tuple[Any, ...]] = set()
+        # the log's last seq when every event in it is one this run committed (the
+        # store was empty when the run first looked), else None: see ``_alone``
+        self._own_upto: int | None = None
+        self._started = False
 
     def error(self, where: str, reason: str) -> None:
         """Count a message that could not be read at all (it is named, never dropped quietly)."""
@@ -373,7 +377,11 @@ class Ingest:
 
         The first ``_PROBE_PLACES`` places of a run are probed through the index
         (a cron sync of a few messages reads what it touches); a run past that
-        reads every location of its source once instead."""
+        reads every location of its source once instead. A run into a store that
+        was empty when it began finds nothing there (as a run past the probes, it
+        goes by what the store held when it first looked)."""
+        if self._start_alone():
+            return None
         if self._deleted is None and self._probed + len(items) <= self._PROBE_PLACES:
             self._probed += len(items)
             deleted = _deleted_at(self.store, self.source, [it.where for it in items])
@@ -385,6 +393,31 @@ class Ingest:
             return None
         found = {i: frozenset(s) for i, it in enumerate(items) if (s := deleted.get(it.where))}
         return found or None
+
+    def _start_alone(self) -> bool:
+        """Whether the store was empty when this run first looked (before its first
+        commit): then nothing on record can be anything this run did not record."""
+        if not self._started:
+            self._started = True
+            self._own_upto = 0 if self.store.log.last_seq() == 0 else None
+        return self._own_upto is not None
+
+    def _alone(self) -> bool:
+        """Whether every event in the log is one this run committed, into a store
+        empty when it began: what this run knows (``_owners``, ``_locs``) is then
+        all there is on record, and no lookup can learn more. An import into a new
+        store asked the projections twice a batch for what they could not hold:
+        a quarter of its committing process's time, growing with the store.
+        Another writer's commit ends it for the rest of the run (lookups as before)."""
+        return self._start_alone() and self.store.log.last_seq() == self._own_upto
+
+    def _committed(self, table: pa.Table) -> None:
+        """Follow the seqs this run commits (see ``_alone``)."""
+        if self._own_upto is None or not table.num_rows:
+            return
+        seqs = table.column("seq")
+        first, last = seqs[0].as_py(), seqs[-1].as_py()
+        self._own_upto = last if first == self._own_upto + 1 else None
 
     @property
     def blobs_root(self) -> str:
@@ -456,7 +489,7 @@ class Ingest:
             prepared.extend(fut.result())
         if not items and not known:
             if extra:
-                self.store.commit(list(extra), apply=False)
+                self._committed(self.store.commit(list(extra), apply=False))
                 self.counts.events += len(extra)
             return
         fresh_before = list(self._fresh)
@@ -549,7 +582,7 @@ class Ingest:
         if events:
             # durable now; folded into the projections at flush (one fold for many
             # batches is far cheaper than one per batch)
-            self.store.commit(events, apply=False)
+            self._committed(self.store.commit(events, apply=False))
             c.events += len(events)
 
     def _count_owner(self, message_id: str) -> None:
@@ -570,6 +603,9 @@ class Ingest:
         new_ids = sorted({i for i in ids if i not in self._owners})
         new_places = sorted({p for p in places if p not in self._places}, key=repr)
         if not new_ids and not new_places:
+            return
+        if self._alone():
+            self._places.update(new_places)  # nothing on record there but this run's
             return
         # Projections may lag while a bulk run defers its fold; what this run
         # committed itself is in self._owners / self._locs already.

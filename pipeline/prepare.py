@@ -56,6 +56,7 @@ class Prepared(NamedTuple):
 
 
 _blob_stores: dict[str, BlobStore] = {}
+_PENDING_BYTES = 16 << 20
 
 
 def _blobs_at(root: str) -> BlobStore:
@@ -89,6 +90,20 @@ def prepare(
     blobs = _blobs_at(blobs_root)
     out: list[Prepared] = []
     new: list[tuple[int, str, bytes]] = []  # (position in out, sha256, encoded blob)
+    # messages parsed but not yet looked up: asked of the index together (one query,
+    # not one a message), at most _PENDING_BYTES of raw bytes held at once
+    pending: list[tuple[int, str, bytes]] = []
+    pending_bytes = 0
+
+    def look_up() -> None:
+        nonlocal pending_bytes
+        stored = blobs.holding(sha for _, sha, _ in pending)
+        for at, sha, raw in pending:
+            if sha not in stored:  # a blob already stored is not compressed again
+                new.append((at, sha, encode_blob(raw)))
+        pending.clear()
+        pending_bytes = 0
+
     for i, item in enumerate(items):
         if isinstance(item, str):
             try:
@@ -102,11 +117,13 @@ def prepare(
         p = parse_message(raw)
         if held is not None and p.sha256 in held.get(i, ()):
             out.append(Prepared(p, False, encode_blob(raw)))
-        elif blobs.holds(p.sha256):
-            out.append(Prepared(p, False))
-        else:
-            new.append((len(out), p.sha256, encode_blob(raw)))
-            out.append(Prepared(p, False))
+            continue
+        pending.append((len(out), p.sha256, raw))
+        out.append(Prepared(p, False))
+        pending_bytes += len(raw)
+        if pending_bytes >= _PENDING_BYTES:
+            look_up()
+    look_up()
     # the chunk's new blobs go into one pack: one file, not one per message
     written = blobs.put_many((sha, blob) for _, sha, blob in new)
     for at, sha, _ in new:

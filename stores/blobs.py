@@ -151,6 +151,26 @@ class BlobStore:
         """``has`` without looking for packs written since the last ``refresh``."""
         return os.path.exists(self._loose(sha)) or bool(self._where.lookup(sha))
 
+    def holding(self, shas: Iterable[str]) -> set[str]:
+        """Those of ``shas`` that ``holds`` would find: one query of the pack index
+        for them all, and a look for a loose file only where its shard directory
+        exists (an import's workers ask for every message: a query and a stat each
+        cost them a sixth of their time)."""
+        wanted = set(shas)
+        if not wanted:
+            return set()
+        found = self._where.present(wanted)
+        rest = wanted - found
+        if rest:
+            try:
+                shards = {n for n in os.listdir(self._root_s) if len(n) == 2}
+            except FileNotFoundError:
+                shards = set()
+            found.update(
+                sha for sha in rest if sha[:2] in shards and os.path.exists(self._loose(sha))
+            )
+        return found
+
     # -- packs ------------------------------------------------------------------
     def _locate(self, sha: str) -> list[Location]:
         """Where packs hold ``sha`` (the directory is re-read when it changed)."""
@@ -242,10 +262,12 @@ class BlobStore:
         returns the shas written (those not already stored, each once). Blobs in
         packs the index does not list yet (a writer killed before it listed its
         pack) are written again: a duplicate, never a loss."""
+        given = list(blobs)
+        held = self.holding(sha for sha, _ in given)
         records: list[tuple[str, bytes]] = []
         fresh: set[str] = set()
-        for sha, encoded in blobs:
-            if sha in fresh or self.holds(sha):
+        for sha, encoded in given:
+            if sha in fresh or sha in held:
                 continue
             fresh.add(sha)
             records.append((sha, encoded))
@@ -575,6 +597,21 @@ class _PackIndex:
             )
         return [(name, off, length) for name, off, length in rows]
 
+    def present(self, shas: set[str]) -> set[str]:
+        """Those of ``shas`` some listed pack holds (one query for them all)."""
+        if not shas or not self._exists():
+            return set()
+        keys = [bytes.fromhex(sha) for sha in shas]
+        found: set[str] = set()
+        with self._lock:
+            con = self._open()
+            for at in range(0, len(keys), _SQL_VARS):
+                part = keys[at : at + _SQL_VARS]
+                marks = ",".join("?" * len(part))
+                rows = con.execute(f"SELECT DISTINCT sha FROM blobs WHERE sha IN ({marks})", part)
+                found.update(r[0].hex() for r in rows)
+        return found
+
     def damaged(self) -> dict[str, str]:
         """Pack name -> what is wrong with it, for the packs indexed by a scan."""
         if not self._exists():
@@ -667,6 +704,9 @@ class _PackIndex:
                     con.execute("ROLLBACK")
                 raise
 
+
+# host parameters in one statement: the least any SQLite allows (999 before 3.32)
+_SQL_VARS = 999
 
 _UNREADABLE = frozenset({"SQLITE_CORRUPT", "SQLITE_NOTADB"})
 

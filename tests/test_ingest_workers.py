@@ -292,3 +292,108 @@ def test_a_worker_process_loads_neither_pyarrow_nor_duckdb() -> None:
     assert prepare.__module__ == "pipeline.prepare"
     # and this process, which commits, does load them: the check above is not vacuous
     assert eval(_HEAVY) == ["duckdb", "pyarrow"]
+
+
+def test_prepare_asks_the_blob_index_once_for_a_chunk_not_once_a_message(tmp_path: Path) -> None:
+    import importlib
+
+    prepare_mod = importlib.import_module("pipeline.prepare")
+    blobs = stores.blobs.BlobStore(tmp_path / "blobs")
+    blobs.create()
+    raws = [_msg(f"m{i}@x", f"s{i}") for i in range(50)]
+    prepare(raws[:1], str(blobs.root))  # the index exists now, holding the first
+    index = prepare_mod._blobs_at(str(blobs.root))._where._open()
+    asked: list[str] = []
+    index.set_trace_callback(lambda sql: asked.append(sql) if "WHERE sha" in sql else None)
+    try:
+        out = prepare(raws, str(blobs.root))
+    finally:
+        index.set_trace_callback(None)
+    assert [r.written for r in out] == [False] + [True] * 49
+    # one look before compressing, one in put_many before the pack is written
+    assert len(asked) == 2, asked
+    reader = stores.blobs.BlobStore(blobs.root)
+    assert all(reader.get(stores.blobs.sha256_hex(r)) == r for r in raws)
+
+
+def _counting_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    asked: list[str] = []
+    for name in ("stored_ids", "locations_at"):
+        real = getattr(MessageStore, name)
+
+        def counted(
+            self: MessageStore, *a: Any, _real: Any = real, _name: str = name, **k: Any
+        ) -> Any:
+            asked.append(_name)
+            return _real(self, *a, **k)
+
+        monkeypatch.setattr(MessageStore, name, counted)
+    return asked
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_import_into_an_empty_store_asks_the_projections_nothing(
+    tmp_path: Path, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Everything on record is what the run recorded itself: no lookup can learn more."""
+    root = tmp_path / "md"
+    for i in range(10):  # each message twice, five files apart: in another batch
+        _put(root / "cur" / f"{i}:2,", _msg(f"m{i % 5}@x", f"s{i % 5}"))
+    asked = _counting_lookups(monkeypatch)
+    with _open(tmp_path / "store") as st:
+        first = import_maildir(st, root, workers=workers, batch_size=2)
+        assert first.balanced and first.events == 10 and asked == []
+        assert (first.new_messages, first.duplicates) == (5, 5)
+        assert (first.bodies_fetched, first.known_skipped) == (5, 5)
+        again = import_maildir(st, root, workers=workers, batch_size=2)
+        assert again.balanced and again.events == 0 and asked  # a store with messages: asked
+        assert (again.duplicates, again.known_skipped) == (10, 10)
+        assert st.verify() == [] and len(st.message_ids()) == 5
+
+
+def test_another_writer_during_an_import_into_an_empty_store_is_seen(tmp_path: Path) -> None:
+    root = tmp_path / "md"
+    names = [f"{i}:2," for i in range(6)]
+    for i, name in enumerate(names):
+        _put(root / "cur" / name, _msg(f"m{i}@x", f"s{i}"))
+    with _open(tmp_path / "store") as st:
+        ingest = Ingest(st, "import:test", batch_size=2)
+        _offer_files(ingest, root, names[:4])  # the first batch is committed
+        assert st.log.last_seq() == 2
+        with _open(tmp_path / "store") as other:
+            other.add(None, (root / "cur" / names[4]).read_bytes(), source="other")
+        _offer_files(ingest, root, names[4:])
+        ingest.flush()
+        c = ingest.counts
+        assert c.balanced and (c.new_messages, c.conflicts_other_source) == (5, 1)
+        assert st.verify() == []
+
+
+def test_an_import_into_a_new_store_builds_its_projections_once_at_the_end(
+    tmp_path: Path,
+) -> None:
+    """No fold into tables that grow with each one: one build from the log, as a
+    replay makes, when the run is done; a store that has projections folds as before."""
+    root = tmp_path / "md"
+    names = [f"{i}:2," for i in range(12)]
+    for i, name in enumerate(names):
+        _put(root / "cur" / name, _msg(f"m{i % 9}@x", f"s{i % 9}"))
+    with _open(tmp_path / "store") as st:
+        st.fold_every = 2  # a fold would be due after every batch
+        ingest = Ingest(st, "import:test", batch_size=2)
+        _offer_files(ingest, root, names[:8])
+        assert len(st.log.files()) >= 3 and not st.db_path.exists()
+        _offer_files(ingest, root, names[8:])
+        ingest.flush()
+        assert st.db_path.exists() and ingest.counts.balanced
+        assert (ingest.counts.new_messages, ingest.counts.duplicates) == (9, 3)
+        assert len(st.message_ids()) == 9 and st.verify() == []
+        # the projections exist now: a later run folds as it goes, when a fold is due
+        more = tmp_path / "more"
+        for i in range(3):
+            _put(more / "cur" / f"{i}:2,", _msg(f"n{i}@x", f"t{i}"))
+        ingest = Ingest(st, "import:more", batch_size=1)
+        _offer_files(ingest, more, [f"{i}:2," for i in range(3)])  # two batches committed
+        assert st._unapplied == []
+        ingest.flush()
+        assert len(st.message_ids()) == 12 and st.verify() == []
