@@ -250,6 +250,54 @@ def test_find_returns_several_matches_sorted(store: MessageStore) -> None:
     assert store.find("subject", "re: same") == ["m1@x", "m2@x", "m3@x"]
 
 
+def _listed(store: MessageStore, header: str, value: str) -> str:
+    return "".join(store.find_listing(header, value).to_pylist())
+
+
+@pytest.mark.parametrize("index_max", [1000, 0], ids=["probed", "joined"])
+def test_find_listing_prints_what_listing_of_find_prints(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch, index_max: int
+) -> None:
+    """A line per hit in find's (code point) order, an undated one with ``-``;
+    whether the hits are listed through the index or joined in one scan."""
+    import pipeline.store
+
+    monkeypatch.setattr(pipeline.store, "INDEX_KEYS_MAX", index_max)
+    ids = ["zed@x", "Zed@x", "\u0105b@x", "a\U0001f600@x", "A1@x"]
+    for i, mid in enumerate(ids):
+        date = f"Date: Fri, 26 Jun 2026 0{i}:00:00 +0000\n" if i % 2 else ""
+        raw = f"Message-ID: <{mid}>\nFrom: same@example.com\n{date}Subject: \u017c {i}\n\n.\n"
+        store.add(f"u{i}", raw.encode())
+    want = "".join(f"{line}\n" for line in store.listing(store.find("from", "same@example.com")))
+    assert want.count("\t-\t") == 3  # (the undated ones)
+    assert _listed(store, "from", "same@example.com") == want
+    assert _listed(store, "From", "nobody@example.com") == ""
+    assert _listed(store, "message-id", "<A1@x>") == "A1@x\t-\t\u017c 4\n"
+    with pytest.raises(UsageError):
+        store.find_listing("X-Mailer", "anything")
+
+
+@pytest.mark.parametrize("index_max", [1000, 0], ids=["probed", "joined"])
+def test_find_listing_leaves_out_another_key_of_the_same_hash(
+    filled: MessageStore, monkeypatch: pytest.MonkeyPatch, index_max: int
+) -> None:
+    """A header_index row of another key with the key's hash (a collision: made by
+    hand, no real pair of keys is known to collide) is not a hit of the key."""
+    import pipeline.store
+    from projections.fold import key_hash
+
+    monkeypatch.setattr(pipeline.store, "INDEX_KEYS_MAX", index_max)
+    with filled.session():
+        con = filled._writer()
+        kh = key_hash(con, "subject", "lunch")
+        con.execute(
+            "INSERT INTO header_index VALUES (?, 'subject', 'dinner', ?), (?, 'from', 'lunch', ?)",
+            [kh, LIVE_ID, kh, LIVE_ID],
+        )
+    assert filled.find("subject", "Lunch") == ["other@example.org"]
+    assert _listed(filled, "subject", "Lunch") == "other@example.org\t2026-06-27T07:00:00Z\tLunch\n"
+
+
 # -- walk_thread ----------------------------------------------------------------------
 
 
