@@ -284,6 +284,8 @@ class MessageStore:
     def _catch_up(self, con: duckdb.DuckDBPyConnection) -> None:
         seq = applied_seq(con)
         last = self.log.last_seq()
+        if seq > last:  # (a directory's attributes may be stale: look again before blaming)
+            last = self.log.last_seq(fresh=True)
         if seq > last:
             raise LogIntegrityError(
                 f"{self.db_path}: projections are at seq {seq} but the log ends at {last}"

@@ -80,6 +80,8 @@ _FIRST_KEY = b"mailledger.first_seq"
 _LAST_KEY = b"mailledger.last_seq"
 _VERSION_KEY = b"mailledger.schema_version"
 _CHECKED = ".checked.json"
+# a directory unchanged for this long is taken as unchanged while its mtime is
+_STILL_NS = 2_000_000_000
 
 
 _V2 = "v2:"  # marks a digest of the canonical form; the first (JSON) format is bare hex
@@ -293,6 +295,8 @@ class EventLog:
         # and rewrites under one lock); other threads wait as other processes do
         self._lock_owner: int | None = None
         self._lock_depth = 0
+        # the last listing, with the directory's (inode, mtime, size) it was made at
+        self._listed: tuple[tuple[int, int, int], list[LogFile]] | None = None
 
     # -- layout -------------------------------------------------------------
     def create(self) -> None:
@@ -311,15 +315,38 @@ class EventLog:
         out.sort(key=lambda f: (f.first, -f.last))
         return out
 
-    def files(self) -> list[LogFile]:
+    def files(self, *, fresh: bool = False) -> list[LogFile]:
         """The files that hold the log, in seq order, each seq exactly once.
 
         Files wholly covered by a wider one (left by a compaction that has not
         removed them yet) are passed over. A gap or a partial overlap is damage.
+
+        The listing is kept while the directory stays as it was: every reader
+        call lists the log (is it ahead of the projections?), and 1,000 files at
+        1,000,000 messages were 5-6 ms a listing, a third of a one-shot ``find``.
+        A file added, renamed or removed changes the directory's mtime; one
+        changed in the last ``_STILL_NS`` may change again under the same coarse
+        mtime, so it is listed again until it has been still that long.
+        ``fresh``: list it whatever its mtime says (a file system whose
+        attributes may be stale, such as NFS, cannot then mislead a check).
         """
+        try:
+            st = os.stat(self.root)  # (before the listing: a change after it is seen)
+        except FileNotFoundError:
+            return []
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if not fresh and self._listed is not None and self._listed[0] == key:
+            return list(self._listed[1])
+        chosen = self._chosen(self._all_files())
+        still = time.time_ns() - st.st_mtime_ns > _STILL_NS
+        self._listed = (key, chosen) if still else None
+        return list(chosen)
+
+    def _chosen(self, listing: list[LogFile]) -> list[LogFile]:
+        """``files``: the listed files that hold the log, or damage."""
         chosen: list[LogFile] = []
         expected = 1
-        for f in self._all_files():
+        for f in listing:
             if f.last < f.first:
                 raise LogIntegrityError(f"{f.path}: seq range is reversed")
             if f.last < expected:
@@ -333,8 +360,8 @@ class EventLog:
             expected = f.last + 1
         return chosen
 
-    def last_seq(self) -> int:
-        files = self.files()
+    def last_seq(self, *, fresh: bool = False) -> int:
+        files = self.files(fresh=fresh)
         return files[-1].last if files else 0
 
     # -- locking ------------------------------------------------------------

@@ -298,6 +298,26 @@ def test_find_listing_leaves_out_another_key_of_the_same_hash(
     assert _listed(filled, "subject", "Lunch") == "other@example.org\t2026-06-27T07:00:00Z\tLunch\n"
 
 
+def test_a_reader_whose_log_listing_is_stale_looks_again_before_blaming_the_log(
+    filled: MessageStore, tmp_path: Path
+) -> None:
+    """The log's listing is kept while its directory's mtime stays; a file system
+    whose attributes lag (NFS) can show an old mtime after another process
+    committed and folded. The projections then look ahead of the log: the log is
+    listed afresh before that is called damage."""
+    import os
+    import time
+
+    log_dir = filled.root / "log"
+    old = time.time() - 60
+    os.utime(log_dir, (old, old))
+    assert filled.find("subject", "lunch") == ["other@example.org"]  # (listed, kept)
+    with MessageStore.open(filled.root) as other:
+        other.add("u-3", b"Message-ID: <third@x>\r\nSubject: Lunch\r\n\r\nx")
+    os.utime(log_dir, (old, old))  # (the attributes as a stale cache shows them)
+    assert filled.find("subject", "lunch") == ["other@example.org", "third@x"]
+
+
 # -- walk_thread ----------------------------------------------------------------------
 
 
