@@ -41,8 +41,10 @@ from projections.fold import (
     applied_seq,
     apply_chunks,
     hash_matches,
+    hash_probe,
     key_hash,
     location_key,
+    meta_values,
     projection_version,
     rebuild,
     thread_counts,
@@ -236,8 +238,9 @@ class MessageStore:
         if self._con is None:
             if self.db_path.exists():
                 con = db.connect(self.db_path, read_only=True)
-                if _current(con):
-                    applied, last = applied_seq(con), self.log.last_seq()
+                meta = meta_values(con)  # (one query for the three values)
+                if _current_meta(con, meta):
+                    applied, last = meta.get("applied_seq", 0), self.log.last_seq()
                     if applied == last or (stale_ok and self._lag_is_ours(applied, last)):
                         if self._views_current(con, last):
                             self._con, self._con_rw = con, False
@@ -1209,6 +1212,12 @@ def _create_marker(root: Path, marker: Path) -> None:
 def _current(con: duckdb.DuckDBPyConnection) -> bool:
     """True when the projections were built by this version's rules and hash."""
     return projection_version(con) == PROJECTION_VERSION and hash_matches(con)
+
+
+def _current_meta(con: duckdb.DuckDBPyConnection, meta: dict[str, int]) -> bool:
+    """``_current`` from the values ``meta_values`` read."""
+    version_ok = meta.get("projection_version") == PROJECTION_VERSION
+    return version_ok and meta.get("hash_probe") == hash_probe(con)
 
 
 def _remove_build_files(path: Path) -> None:

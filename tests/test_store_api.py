@@ -318,6 +318,32 @@ def test_a_reader_whose_log_listing_is_stale_looks_again_before_blaming_the_log(
     assert filled.find("subject", "lunch") == ["other@example.org", "third@x"]
 
 
+@pytest.mark.parametrize("key", ["projection_version", "hash_probe"])
+def test_projections_of_another_version_or_hash_are_rebuilt_before_a_read(
+    filled: MessageStore, key: str
+) -> None:
+    """A reader reads the projections' own values in one query (``meta_values``);
+    tables built by another version's rules, or by a DuckDB hashing keys another
+    way, are still rebuilt before they answer."""
+    import duckdb
+
+    from projections.fold import applied_seq, hash_matches, meta_values, projection_version
+    from projections.tables import PROJECTION_VERSION
+
+    filled.close()
+    con = duckdb.connect(str(filled.db_path))
+    con.execute("UPDATE meta SET value = value + 1 WHERE key = ?", [key])
+    con.close()
+    assert filled.find("subject", "lunch") == ["other@example.org"]
+    with filled.session():
+        con = filled._reader()
+        meta = meta_values(con)
+        assert meta["projection_version"] == projection_version(con) == PROJECTION_VERSION
+        assert hash_matches(con)
+        assert meta["applied_seq"] == applied_seq(con) == filled.log.last_seq()
+    assert meta_values(duckdb.connect()) == {}
+
+
 # -- walk_thread ----------------------------------------------------------------------
 
 
