@@ -85,13 +85,53 @@ def _child(args: list[str]) -> tuple[float, str]:
 
 
 def _percentiles(fn: Callable[[Any], object], inputs: list[Any]) -> tuple[float, float]:
-    times = []
-    for x in inputs:
-        t0 = time.perf_counter()
-        fn(x)
-        times.append((time.perf_counter() - t0) * 1000)
-    times.sort()
-    return statistics.median(times), times[int(len(times) * 0.99) - 1]
+    return _Timed.of(fn, inputs).percentiles
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A lookup's cost as fixed + per unit (a hit, a thread message): the Theil-Sen
+    line through (units, ms) of every call, robust to the slow calls a shared
+    machine gives. A cost that grows with the store shows in ``fixed_ms`` or
+    ``unit_us``; one that grows with the hits only, in neither."""
+
+    fixed_ms: float
+    unit_us: float
+    median_units: float
+
+    @staticmethod
+    def of(points: list[tuple[int, float]]) -> Fit:
+        slopes = sorted(
+            (y2 - y1) / (x2 - x1)
+            for i, (x1, y1) in enumerate(points)
+            for x2, y2 in points[i + 1 :]
+            if x2 != x1
+        )
+        slope = statistics.median(slopes) if slopes else 0.0
+        fixed = statistics.median(y - slope * x for x, y in points)
+        return Fit(fixed, slope * 1000, statistics.median(x for x, _ in points))
+
+
+@dataclass(frozen=True)
+class _Timed:
+    """(units, ms) of each call: units = the length of what it returned, else 1."""
+
+    points: list[tuple[int, float]]
+
+    @staticmethod
+    def of(fn: Callable[[Any], object], inputs: list[Any]) -> _Timed:
+        points = []
+        for x in inputs:
+            t0 = time.perf_counter()
+            out = fn(x)
+            ms = (time.perf_counter() - t0) * 1000
+            points.append((len(out) if isinstance(out, list) else 1, ms))
+        return _Timed(points)
+
+    @property
+    def percentiles(self) -> tuple[float, float]:
+        times = sorted(ms for _, ms in self.points)
+        return statistics.median(times), times[int(len(times) * 0.99) - 1]
 
 
 @dataclass(frozen=True)
@@ -104,15 +144,24 @@ class Lookups:
     raw_get: tuple[float, float]
     cold_find: tuple[float, float]
     stats: dict[str, Any]
+    fits: dict[str, Fit]
+    """find_subject, find_from (per hit) and walk_thread (per thread message)."""
+    sample: list[dict[str, Any]]
+    """The messages looked up: pass them to another store to ask it the same queries."""
 
 
-def lookups(store: Path, seed: int, samples: int) -> Lookups:
+def lookups(
+    store: Path, seed: int, samples: int, sample: list[dict[str, Any]] | None = None
+) -> Lookups:
     """Time the lookups a user waits on, in this process, on the store at ``store``.
 
     ``samples`` messages drawn (``seed``) from the store are each looked up by
     subject, by sender, by thread and by raw bytes within one session (the
     projection file kept open, as a script doing many lookups would); the
     one-shot find opens the projection file itself, as every CLI command does.
+    ``sample``: look up these messages instead (those of them this store holds),
+    so that two stores are asked the same queries. The draw is the same for the
+    same store and seed (DuckDB's ``USING SAMPLE`` drew other rows each run).
     The store is closed again on return, so other processes may write it.
     """
     from pipeline.store import MessageStore
@@ -124,19 +173,35 @@ def lookups(store: Path, seed: int, samples: int) -> Lookups:
         cold = _percentiles(lambda r: s.find("subject", r or ""), ["x"] * 50)
         with s.session():  # a script doing many lookups keeps it open
             stats = s.stats()
-            rows = s.query(
-                "select message_id, subject, from_addr from messages using sample 5000 rows"
-            ).to_pylist()
-            rng.shuffle(rows)
-            sample = rows[:samples]
+            if sample is None:
+                rows = s.query(
+                    "SELECT message_id, subject, from_addr FROM messages"
+                    " ORDER BY hash(message_id, ?::INTEGER), message_id LIMIT 5000",
+                    [seed],
+                ).to_pylist()
+                rng.shuffle(rows)
+                sample = rows[:samples]
+            else:
+                held = s.stored_ids([r["message_id"] for r in sample])
+                sample = [r for r in sample if r["message_id"] in held]
             s.get(sample[0]["message_id"])  # warm the connection
+            subject = _Timed.of(lambda r: s.find("subject", r["subject"] or ""), sample)
+            sender = _Timed.of(lambda r: s.find("from", r["from_addr"] or ""), sample)
+            thread = _Timed.of(lambda r: s.walk_thread(r["message_id"]), sample)
+            raw = _Timed.of(lambda r: s.raw(r["message_id"]), sample)
             return Lookups(
-                find_subject=_percentiles(lambda r: s.find("subject", r["subject"] or ""), sample),
-                find_from=_percentiles(lambda r: s.find("from", r["from_addr"] or ""), sample),
-                walk_thread=_percentiles(lambda r: s.walk_thread(r["message_id"]), sample),
-                raw_get=_percentiles(lambda r: s.raw(r["message_id"]), sample),
+                find_subject=subject.percentiles,
+                find_from=sender.percentiles,
+                walk_thread=thread.percentiles,
+                raw_get=raw.percentiles,
                 cold_find=cold,
                 stats=stats,
+                fits={
+                    "find_subject": Fit.of(subject.points),
+                    "find_from": Fit.of(sender.points),
+                    "walk_thread": Fit.of(thread.points),
+                },
+                sample=sample,
             )
     finally:
         s.close()

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import shutil
+import struct
 import sys
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
@@ -257,14 +258,44 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_find(args: argparse.Namespace) -> int:
     with _open(args) as store:
-        ids = store.find(args.header, args.value)
         if args.json:
-            _print_json(ids)
-        else:
-            lines = store.listing(ids)  # one query for every hit, never one per hit
-            if lines:
-                sys.stdout.write("\n".join(lines) + "\n")
+            _print_json(store.find(args.header, args.value))
+            return EXIT_OK
+        # one query for every hit, never one per hit; printed as DuckDB spelled it
+        _write_column(store.find_listing(args.header, args.value))
     return EXIT_OK
+
+
+def _write_column(column: Any) -> None:
+    """Print a string column (``pyarrow.ChunkedArray``) whose values are whole lines:
+    the UTF-8 bytes of each chunk straight from its Arrow buffer, with no Python
+    string per line (250,000 lines were 0.5 s of str objects and joins)."""
+    out = getattr(sys.stdout, "buffer", None)
+    if out is None:  # (a text stream only: a caller's StringIO)
+        for chunk in column.chunks:
+            sys.stdout.write(bytes(_utf8_of(chunk)).decode())
+        return
+    sys.stdout.flush()  # (what was printed before goes first)
+    for chunk in column.chunks:
+        out.write(_utf8_of(chunk))
+    out.flush()
+
+
+def _utf8_of(chunk: Any) -> bytes | memoryview:
+    """The values of a string array, concatenated: a slice of its data buffer
+    (its NULLs, which hold no bytes, left out)."""
+    import pyarrow as pa
+
+    if len(chunk) == 0:
+        return b""
+    if chunk.type not in (pa.string(), pa.large_string()) or chunk.null_count:
+        return "".join(v for v in chunk.to_pylist() if v is not None).encode()
+    _, offsets, data = chunk.buffers()
+    fmt = "=i" if chunk.type == pa.string() else "=q"
+    width = struct.calcsize(fmt)
+    (start,) = struct.unpack_from(fmt, offsets, chunk.offset * width)
+    (end,) = struct.unpack_from(fmt, offsets, (chunk.offset + len(chunk)) * width)
+    return memoryview(data)[start:end]
 
 
 def cmd_show(args: argparse.Namespace) -> int:

@@ -56,8 +56,10 @@ __all__ = [
     "apply",
     "apply_chunks",
     "hash_matches",
+    "hash_probe",
     "key_hash",
     "location_key",
+    "meta_values",
     "projection_version",
     "rebuild",
     "thread_counts",
@@ -122,6 +124,30 @@ def _probe(con: duckdb.DuckDBPyConnection) -> int:
 def hash_matches(con: duckdb.DuckDBPyConnection) -> bool:
     """True when this DuckDB hashes index keys as the one that built the tables."""
     return _meta(con, "hash_probe") == _probe(con)
+
+
+def meta_values(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Every value the tables keep about themselves (``applied_seq``,
+    ``projection_version``, ``hash_probe``), read in one query: a reader opening
+    the file asks for three of them, and the four queries they took (the probe
+    too) were 1.8 ms of every one-shot read. Empty when there are no tables."""
+    try:
+        rows = con.execute("SELECT key, value FROM meta").fetchall()
+    except duckdb.CatalogException:
+        return {}
+    return {key: int(value) for key, value in rows}
+
+
+_PROBES: dict[str, int] = {}
+
+
+def hash_probe(con: duckdb.DuckDBPyConnection) -> int:
+    """What this process's DuckDB gives for the hash probe (``hash_matches``): asked
+    once per DuckDB version, the library a process runs does not change under it."""
+    version = duckdb.__version__
+    if version not in _PROBES:
+        _PROBES[version] = _probe(con)
+    return _PROBES[version]
 
 
 def _set_meta(con: duckdb.DuckDBPyConnection, key: str, value: int) -> None:

@@ -126,6 +126,7 @@ class BlobStore:
         self._shards: set[str] = set()
         self._dirty = False
         self._packs = self.root / _PACKS
+        self._packs_s = str(self._packs)
         self._where = _PackIndex(self.root / _PACK_INDEX)  # sha256 -> where packs hold it
         self._pack_names: set[str] = set()  # the packs ``_where`` lists, as last seen
         self._packs_seen: tuple[int, int] | None = None  # the directory's (mtime, size)
@@ -380,9 +381,10 @@ class BlobStore:
 
     def get(self, sha: str, *, check: bool = True) -> bytes:
         """The raw bytes of blob ``sha``; checks the hash unless told not to."""
-        where = self.path(sha)
+        # (strings and os calls, not Path and file objects: 20 us of a 90 us get)
+        where = self._loose(sha)
         try:
-            blob = where.read_bytes()
+            blob: bytes | None = _pread(where, 0, None)
         except FileNotFoundError:
             blob = None
         if blob is None:
@@ -391,11 +393,9 @@ class BlobStore:
                 if not located:
                     break
                 name, off, length = located[0]
-                where = self._packs / name
+                where = os.path.join(self._packs_s, name)
                 try:
-                    with open(where, "rb") as fh:
-                        fh.seek(off)
-                        blob = fh.read(length)
+                    blob = _pread(where, off, length)
                     if len(blob) < length:  # cut short since it was indexed: scan it
                         blob = None
                         self._forget(name)
@@ -418,7 +418,7 @@ class BlobStore:
             raise BlobIntegrityError(f"blob {sha} in {where} does not match its sha256")
         return data
 
-    def _decode(self, sha: str, blob: bytes, where: Path) -> bytes:
+    def _decode(self, sha: str, blob: bytes, where: Path | str) -> bytes:
         if len(blob) < _HEADER.size:
             raise BlobIntegrityError(f"blob {sha} in {where} is truncated")
         magic, codec, size = _HEADER.unpack_from(blob)
@@ -774,7 +774,27 @@ def _flocked(path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def _size(path: Path) -> int:
+def _pread(path: str, offset: int, length: int | None) -> bytes:
+    """``length`` bytes of the file at ``path`` from ``offset`` (fewer at its end),
+    or all of it (None)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if length is None:
+            length = os.fstat(fd).st_size
+        parts = []
+        while length > 0:
+            part = os.pread(fd, length, offset)
+            if not part:
+                break
+            parts.append(part)
+            offset += len(part)
+            length -= len(part)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+    finally:
+        os.close(fd)
+
+
+def _size(path: Path | str) -> int:
     try:
         return os.path.getsize(path)
     except FileNotFoundError:

@@ -349,13 +349,21 @@ class EventLog:
         except FileNotFoundError:
             return []
 
-    def files(self) -> list[LogFile]:
+    def files(self, *, fresh: bool = False) -> list[LogFile]:
         """The files that hold the log, in seq order, each seq exactly once.
 
         Files wholly covered by a wider one (left by a compaction that has not
         removed them yet) are passed over. A gap or a partial overlap is damage.
+
+        The listing is the kept one while the directory is unchanged (``_listed``:
+        every reader call asks whether the log is ahead of the projections, and
+        1,000 files at 1,000,000 messages were 5-6 ms a listing). ``fresh``: list
+        it whatever its stat says (a file system whose attributes may be stale,
+        such as NFS, cannot then mislead a check).
         """
         try:
+            if fresh:
+                self._listing = None
             listing = self._listed()
         except FileNotFoundError:
             return []
@@ -379,8 +387,8 @@ class EventLog:
             self._listing = (*listing[:3], chosen)
         return list(chosen)
 
-    def last_seq(self) -> int:
-        files = self.files()
+    def last_seq(self, *, fresh: bool = False) -> int:
+        files = self.files(fresh=fresh)
         return files[-1].last if files else 0
 
     # -- locking ------------------------------------------------------------

@@ -515,3 +515,23 @@ def test_stock_duckdb_on_a_store_without_events_yet(tmp_path: Path) -> None:
         store.add("u1", b"Message-ID: <plan-1@example.org>\r\nSubject: s\r\n\r\nx\r\n")
     got = _stock_duckdb(tmp_path / "store" / "projections.duckdb", tmp_path)
     assert got == {"thread": ["plan-1@example.org"], "events": 1, "headers": 1}
+
+
+def test_a_column_of_lines_is_printed_byte_for_byte_from_its_buffers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``find``'s plain lines are written from Arrow's buffers: a chunk sliced out of
+    a larger array prints its own values only, a large_string one too, and NULLs
+    (which no listing has) print nothing."""
+    import pyarrow as pa
+
+    from pipeline.cli import _write_column
+
+    lines = pa.array(["skip\n", "a\tż\n", "b\t😀\n", "after\n"])
+    column = pa.chunked_array(
+        [lines.slice(1, 2), pa.array([], pa.string()), pa.array(["d\n", None, "e\n"])]
+    )
+    print("before")
+    _write_column(column)
+    _write_column(pa.chunked_array([pa.array(["x\n", "y\n"], pa.large_string()).slice(1)]))
+    assert capsys.readouterr().out == "before\na\tż\nb\t😀\nd\ne\ny\n"

@@ -252,6 +252,100 @@ def test_find_returns_several_matches_sorted(store: MessageStore) -> None:
     assert store.find("subject", "re: same") == ["m1@x", "m2@x", "m3@x"]
 
 
+def _listed(store: MessageStore, header: str, value: str) -> str:
+    return "".join(store.find_listing(header, value).to_pylist())
+
+
+@pytest.mark.parametrize("index_max", [1000, 0], ids=["probed", "joined"])
+def test_find_listing_prints_what_listing_of_find_prints(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch, index_max: int
+) -> None:
+    """A line per hit in find's (code point) order, an undated one with ``-``;
+    whether the hits are listed through the index or joined in one scan."""
+    import pipeline.store
+
+    monkeypatch.setattr(pipeline.store, "INDEX_KEYS_MAX", index_max)
+    ids = ["zed@x", "Zed@x", "\u0105b@x", "a\U0001f600@x", "A1@x"]
+    for i, mid in enumerate(ids):
+        date = f"Date: Fri, 26 Jun 2026 0{i}:00:00 +0000\n" if i % 2 else ""
+        raw = f"Message-ID: <{mid}>\nFrom: same@example.com\n{date}Subject: \u017c {i}\n\n.\n"
+        store.add(f"u{i}", raw.encode())
+    want = "".join(f"{line}\n" for line in store.listing(store.find("from", "same@example.com")))
+    assert want.count("\t-\t") == 3  # (the undated ones)
+    assert _listed(store, "from", "same@example.com") == want
+    assert _listed(store, "From", "nobody@example.com") == ""
+    assert _listed(store, "message-id", "<A1@x>") == "A1@x\t-\t\u017c 4\n"
+    with pytest.raises(UsageError):
+        store.find_listing("X-Mailer", "anything")
+
+
+@pytest.mark.parametrize("index_max", [1000, 0], ids=["probed", "joined"])
+def test_find_listing_leaves_out_another_key_of_the_same_hash(
+    filled: MessageStore, monkeypatch: pytest.MonkeyPatch, index_max: int
+) -> None:
+    """A header_index row of another key with the key's hash (a collision: made by
+    hand, no real pair of keys is known to collide) is not a hit of the key."""
+    import pipeline.store
+    from projections.fold import key_hash
+
+    monkeypatch.setattr(pipeline.store, "INDEX_KEYS_MAX", index_max)
+    with filled.session():
+        con = filled._writer()
+        kh = key_hash(con, "subject", "lunch")
+        con.execute(
+            "INSERT INTO header_index VALUES (?, 'subject', 'dinner', ?), (?, 'from', 'lunch', ?)",
+            [kh, LIVE_ID, kh, LIVE_ID],
+        )
+    assert filled.find("subject", "Lunch") == ["other@example.org"]
+    assert _listed(filled, "subject", "Lunch") == "other@example.org\t2026-06-27T07:00:00Z\tLunch\n"
+
+
+def test_a_reader_whose_log_listing_is_stale_looks_again_before_blaming_the_log(
+    filled: MessageStore, tmp_path: Path
+) -> None:
+    """The log's listing is kept while its directory's mtime stays; a file system
+    whose attributes lag (NFS) can show an old mtime after another process
+    committed and folded. The projections then look ahead of the log: the log is
+    listed afresh before that is called damage."""
+    import os
+    import time
+
+    log_dir = filled.root / "log"
+    old = time.time() - 60
+    os.utime(log_dir, (old, old))
+    assert filled.find("subject", "lunch") == ["other@example.org"]  # (listed, kept)
+    with MessageStore.open(filled.root) as other:
+        other.add("u-3", b"Message-ID: <third@x>\r\nSubject: Lunch\r\n\r\nx")
+    os.utime(log_dir, (old, old))  # (the attributes as a stale cache shows them)
+    assert filled.find("subject", "lunch") == ["other@example.org", "third@x"]
+
+
+@pytest.mark.parametrize("key", ["projection_version", "hash_probe"])
+def test_projections_of_another_version_or_hash_are_rebuilt_before_a_read(
+    filled: MessageStore, key: str
+) -> None:
+    """A reader reads the projections' own values in one query (``meta_values``);
+    tables built by another version's rules, or by a DuckDB hashing keys another
+    way, are still rebuilt before they answer."""
+    import duckdb
+
+    from projections.fold import applied_seq, hash_matches, meta_values, projection_version
+    from projections.tables import PROJECTION_VERSION
+
+    filled.close()
+    con = duckdb.connect(str(filled.db_path))
+    con.execute("UPDATE meta SET value = value + 1 WHERE key = ?", [key])
+    con.close()
+    assert filled.find("subject", "lunch") == ["other@example.org"]
+    with filled.session():
+        con = filled._reader()
+        meta = meta_values(con)
+        assert meta["projection_version"] == projection_version(con) == PROJECTION_VERSION
+        assert hash_matches(con)
+        assert meta["applied_seq"] == applied_seq(con) == filled.log.last_seq()
+    assert meta_values(duckdb.connect()) == {}
+
+
 # -- walk_thread ----------------------------------------------------------------------
 
 
