@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -198,63 +197,6 @@ def test_events_read_back_from_the_log_are_never_appended_again(log: EventLog) -
         log.append(log.read_events())
     assert log.append([]).num_rows == 0
     assert log.last_seq() == 1
-
-
-def _listings(log: EventLog, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the directory listings ``log`` makes (one entry each)."""
-    made: list[int] = []
-    real = EventLog._all_files
-
-    def counting(self: EventLog) -> list[Any]:
-        made.append(1)
-        return real(self)
-
-    monkeypatch.setattr(EventLog, "_all_files", counting)
-    return made
-
-
-def test_a_still_log_directory_is_listed_once_and_a_new_file_is_seen(
-    log: EventLog, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each reader call asks for the last seq: a log directory that has not changed
-    is not listed again (1,000 files at 1,000,000 messages: 5 ms a listing), and
-    a file another writer adds (another process: another EventLog) is seen."""
-    fill(log, [2, 3])
-    old = time.time() - 60
-    os.utime(log.root, (old, old))
-    made = _listings(log, monkeypatch)
-    assert [log.last_seq() for _ in range(5)] == [5] * 5
-    assert len(made) == 1
-    fill(EventLog(log.root), [1])
-    assert log.last_seq() == 6
-    assert [f.name for f in log.files()] == files_on_disk(log)
-
-
-def test_a_log_directory_changed_within_seconds_is_listed_every_time(
-    log: EventLog, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A directory's mtime is coarse: a file added in the same tick as the last
-    listing leaves it as it was. A directory changed lately is listed again."""
-    fill(log, [2])
-    made = _listings(log, monkeypatch)
-    assert log.last_seq() == log.last_seq() == 2
-    assert len(made) == 2
-    st = os.stat(log.root)
-    fill(EventLog(log.root), [1])
-    os.utime(log.root, ns=(st.st_atime_ns, st.st_mtime_ns))  # (the same tick)
-    assert log.last_seq() == 3
-
-
-def test_a_listing_taken_for_current_is_checked_afresh_when_asked(log: EventLog) -> None:
-    """``fresh``: what a stale directory mtime (NFS's attribute cache) hides is seen."""
-    fill(log, [2])
-    old = time.time() - 60
-    os.utime(log.root, (old, old))
-    assert log.last_seq() == 2
-    fill(EventLog(log.root), [1])
-    os.utime(log.root, (old, old))  # (the attributes as a stale cache gives them)
-    assert log.last_seq() == 2
-    assert log.last_seq(fresh=True) == 3
 
 
 def test_read_after_with_chosen_columns_only(log: EventLog) -> None:
@@ -753,6 +695,22 @@ def test_a_log_directory_changed_just_now_is_listed_again_at_every_read(
     assert log.last_seq() == 2
     assert log.last_seq() == 2
     assert len(calls) == 2
+
+
+def test_a_fresh_listing_is_asked_of_the_directory_even_when_it_is_settled(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fresh``: a check that must not trust the directory's stat (NFS's attribute
+    cache may show it unchanged) lists it again, and sees what was added."""
+    fill(log, [2])
+    _settle(log.root)
+    calls = _count_listings(monkeypatch, log.root)
+    assert log.last_seq() == log.last_seq() == 2
+    assert len(calls) == 1
+    assert log.last_seq(fresh=True) == 2
+    assert len(calls) == 2
+    fill(EventLog(log.root), [1])
+    assert log.last_seq(fresh=True) == 3
 
 
 # -- permissions ----------------------------------------------------------------------
