@@ -1261,8 +1261,11 @@ def _remove_build_files(path: Path) -> None:
 
 
 # a listing's line of a primary record (``m``: the table's qualifier, with its dot)
+# A control character in a subject (a tab or a newline decoded from an encoded
+# word) would split the line or its fields: it is shown as a space.
 _LISTING_LINE = (
-    "{m}message_id || chr(9) || coalesce({m}date_iso, '-') || chr(9) || coalesce({m}subject, '')"
+    "{m}message_id || chr(9) || coalesce({m}date_iso, '-') || chr(9)"
+    " || regexp_replace(coalesce({m}subject, ''), '[[:cntrl:]]', ' ', 'g')"
 )
 
 

@@ -535,3 +535,19 @@ def test_a_column_of_lines_is_printed_byte_for_byte_from_its_buffers(
     _write_column(column)
     _write_column(pa.chunked_array([pa.array(["x\n", "y\n"], pa.large_string()).slice(1)]))
     assert capsys.readouterr().out == "before\na\tż\nb\t😀\nd\ne\ny\n"
+
+
+def test_a_subject_holding_a_tab_or_a_newline_stays_one_line_of_three_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "store"
+    src = _maildir(tmp_path / "ctl")
+    _put(
+        src / "cur" / "1.M1P1.t:2,S",
+        b"From: ctl@example.org\r\nSubject: =?utf-8?q?one=09two=0Athree?=\r\n"
+        b"Message-ID: <ctl@example.org>\r\nDate: Wed, 26 Jun 2024 13:00:00 +0200\r\n\r\nx\r\n",
+    )
+    assert run(capsys, store, "import", "maildir", str(src))[0] == 0
+    code, out, err = run(capsys, store, "find", "from", "ctl@example.org")
+    assert code == 0, err
+    assert out.splitlines() == ["ctl@example.org\t2024-06-26T11:00:00Z\tone two three"]
