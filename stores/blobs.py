@@ -148,13 +148,10 @@ class BlobStore:
             return True
         return bool(self._locate(sha))
 
-    def holds(self, sha: str) -> bool:
-        """``has`` without looking for packs written since the last ``refresh``."""
-        return os.path.exists(self._loose(sha)) or bool(self._where.lookup(sha))
-
     def holding(self, shas: Iterable[str]) -> set[str]:
-        """Those of ``shas`` that ``holds`` would find: one query of the pack index
-        for them all, and a look for a loose file only where its shard directory
+        """Those of ``shas`` stored (as ``has`` says, without looking for packs written
+        since the last ``refresh``): one query of the pack index for them all, and a
+        look for a loose file only where its shard directory
         exists (an import's workers ask for every message: a query and a stat each
         cost them a sixth of their time)."""
         wanted = set(shas)
