@@ -36,12 +36,10 @@ from projections.fold import (
     REBUILD_PHASES,
     applied_seq,
     apply_chunks,
-    hash_matches,
     hash_probe,
     key_hash,
     location_key,
     meta_values,
-    projection_version,
     rebuild,
     thread_counts,
 )
@@ -1242,7 +1240,7 @@ def _create_marker(root: Path, marker: Path) -> None:
 
 def _current(con: duckdb.DuckDBPyConnection) -> bool:
     """True when the projections were built by this version's rules and hash."""
-    return projection_version(con) == PROJECTION_VERSION and hash_matches(con)
+    return _current_meta(con, meta_values(con))
 
 
 def _current_meta(con: duckdb.DuckDBPyConnection, meta: dict[str, int]) -> bool:

@@ -123,7 +123,7 @@ def _probe(con: duckdb.DuckDBPyConnection) -> int:
 
 def hash_matches(con: duckdb.DuckDBPyConnection) -> bool:
     """True when this DuckDB hashes index keys as the one that built the tables."""
-    return _meta(con, "hash_probe") == _probe(con)
+    return _meta(con, "hash_probe") == hash_probe(con)
 
 
 def meta_values(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
