@@ -62,7 +62,7 @@ torture: venv
 # server x scenario: pass/FAIL, bytes from the server, bodies on the wire. Not in `test`.
 # INTEROP_ARGS="--servers cyrus -v" for one server with every sync's report.
 interop: venv
-	$(BIN)/python -m tests.interop $(INTEROP_ARGS)
+	$(BIN)/python -m testkit.interop $(INTEROP_ARGS)
 
 # The manual page, generated from the command's own parser (argparse-manpage):
 # man -l man/mailledger.1

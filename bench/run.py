@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.corpus import write_maildir
+from testkit.corpus import write_maildir
 
 __all__ = ["Lookups", "corpus", "lookups", "main"]
 

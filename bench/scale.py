@@ -14,7 +14,7 @@ it prints, and a one-line JSON of every figure comes last, for a note to quote.
     python -m bench.scale [--sizes 100000,1000000] [--data bench-data]
         [--sync-messages 10000] [--replay-args "--memory 1GiB"] [--no-sync]
 
-The corpus of each size (``bench.corpus``, seed 1) is generated once under
+The corpus of each size (``testkit.corpus``, seed 1) is generated once under
 ``--data`` and reused by later runs (``bench.run`` shares the 100,000 one). The
 store is imported again on every run, because the import is a figure, and the
 sync into it is the last step on it, because the sync changes it. The default
@@ -576,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
     compile_sources()
     dv: Dovecot | None = None
     if not ns.no_sync:
-        from dovecot import find_dovecot  # on the path since bench.sync_bench
+        from testkit.dovecot import find_dovecot  # on the path since bench.sync_bench
 
         if find_dovecot() is None:
             sys.exit(

@@ -22,12 +22,10 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from testkit.corpus import generate_messages
+from testkit.dovecot import Dovecot
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-
-from dovecot import Dovecot  # noqa: E402
-
-from bench.corpus import generate_messages  # noqa: E402
 
 __all__ = ["main"]
 

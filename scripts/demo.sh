@@ -27,4 +27,4 @@ if ! command -v dovecot >/dev/null 2>&1 && ! [ -x /usr/sbin/dovecot ] && [ "$(id
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dovecot-imapd dovecot-pop3d openssl) >/dev/null 2>&1 || true
 fi
 rm -rf "$STORE-imap"   # a fresh Dovecot each time: an old store would see a new UIDVALIDITY
-"$BIN/python" scripts/demo_imap.py "$STORE-imap"
+"$BIN/python" -m scripts.demo_imap "$STORE-imap"

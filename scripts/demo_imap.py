@@ -1,7 +1,7 @@
 """The IMAP half of `make demo`: a real Dovecot on loopback, seeded with the
 bundled fixture mail, synced twice by `mailledger sync`, then asked things.
 
-Uses the project's own test harness (tests/dovecot.py); needs the Debian
+Uses the project's own test harness (testkit/dovecot.py); needs the Debian
 packages dovecot-imapd and openssl (scripts/demo.sh installs them when root).
 """
 
@@ -12,12 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pipeline.importers import iter_maildir, iter_mbox
+from testkit.dovecot import Dovecot, find_dovecot
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-
-from dovecot import Dovecot, find_dovecot  # noqa: E402
-
-from pipeline.importers import iter_maildir, iter_mbox  # noqa: E402
 
 
 def ml(store: Path, env: dict[str, str], *args: str) -> int:

@@ -45,7 +45,7 @@ def notmuch_corpus() -> Path:
     return path
 
 
-# --- a real Dovecot on loopback (tests/dovecot.py) ----------------------------
+# --- a real Dovecot on loopback (testkit/dovecot.py) ----------------------------
 # Imports stay inside the fixtures: tests that do not use Dovecot never load it.
 
 
@@ -56,7 +56,7 @@ def dovecot() -> Iterator[object]:
     Skipped only where the `dovecot` binary is absent; CI installs it (.ci/run).
     Users keep their mail between tests: use `imap_user` for a clean one.
     """
-    from dovecot import Dovecot, find_dovecot
+    from testkit.dovecot import Dovecot, find_dovecot
 
     if find_dovecot() is None:
         pytest.skip(
@@ -75,7 +75,7 @@ def dovecot() -> Iterator[object]:
 def imap_user(dovecot: object) -> object:
     """A factory: `imap_user("gmail")` resets that user (no mail, new UIDVALIDITYs)
     and returns a `dovecot.MailUser` bound to the session's server."""
-    from dovecot import Dovecot, MailUser
+    from testkit.dovecot import Dovecot, MailUser
 
     assert isinstance(dovecot, Dovecot)
 

@@ -1,29 +1,23 @@
-"""The synthetic corpus generator gives realistic, deterministic mail (bench/corpus.py)."""
+"""The synthetic corpus generator gives realistic, deterministic mail (testkit/corpus.py)."""
 
 from __future__ import annotations
 
 import email
-import importlib
 import mailbox
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-# bench/ is not an installed package (pyproject lists stores, projections, pipeline) and
-# `pytest` does not put the repo root on sys.path, so reach it from here.
-_REPO = str(Path(__file__).resolve().parents[1])
-if _REPO not in sys.path:
-    sys.path.insert(0, _REPO)
-corpus_mod = importlib.import_module("bench.corpus")
-MAX_SIZE: int = corpus_mod.MAX_SIZE
-MIN_SIZE: int = corpus_mod.MIN_SIZE
-absent_message_ids = corpus_mod.absent_message_ids
-generate_messages = corpus_mod.generate_messages
-write_maildir = corpus_mod.write_maildir
-write_mbox = corpus_mod.write_mbox
+from testkit.corpus import (
+    MAX_SIZE,
+    MIN_SIZE,
+    absent_message_ids,
+    generate_messages,
+    write_maildir,
+    write_mbox,
+)
 
 N = 300
 SEED = 1

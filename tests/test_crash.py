@@ -48,7 +48,7 @@ class Source:
 
 def _write_maildir(root: Path, n: int, seed: int) -> None:
     try:
-        from bench.corpus import write_maildir
+        from testkit.corpus import write_maildir
     except ImportError:  # the benchmark corpus is optional: a tiny generator will do
         rng = random.Random(seed)
         for d in ("cur", "new", "tmp", ".Archive/cur", ".Archive/new", ".Archive/tmp"):

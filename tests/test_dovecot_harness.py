@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from dovecot import USERS, Dovecot, MailUser, iter_messages, mail_events, session_bytes
 from imapclient import IMAPClient
 
 from pipeline.config import load_config
+from testkit.dovecot import USERS, Dovecot, MailUser, iter_messages, mail_events, session_bytes
 
 MakeUser = Callable[[str], MailUser]
 

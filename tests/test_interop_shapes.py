@@ -3,7 +3,7 @@
 Cyrus and Courier answer in ways RFC 3501 allows and Dovecot never uses:
 Courier echoes ``BODY[HEADER.FIELDS ("MESSAGE-ID")]`` with the field name
 quoted, sends INTERNALDATE after the body literal, and says no UIDNEXT on
-EXAMINE. The fault proxy (``tests/faultproxy.py``) rewrites the real Dovecot's
+EXAMINE. The fault proxy (``testkit/faultproxy.py``) rewrites the real Dovecot's
 answers into those shapes, one at a time and all together ("courier"); the
 bodies that crossed the wire are counted at the proxy and compared with what
 the run reports (the line, ``--json`` and the metrics).
@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultproxy import Fault, FaultProxy, _quote_fields
 
 from pipeline.cli import main
 from pipeline.config import load_config, resolve_secret
 from pipeline.imap import ImapSource, fetch_item_key, fetch_items
 from pipeline.store import MessageStore
+from testkit.faultproxy import Fault, FaultProxy, quote_fields
 
 ACCOUNT = "fastmail"
 
@@ -332,7 +332,7 @@ def test_bodies_and_envelopes_read_the_same_in_every_shape(
 
 def test_the_proxy_rewrites_answers_into_the_other_servers_shapes() -> None:
     assert (
-        _quote_fields(b"* 1 FETCH (UID 4 BODY[HEADER.FIELDS (MESSAGE-ID DATE)] {20}\r\n")
+        quote_fields(b"* 1 FETCH (UID 4 BODY[HEADER.FIELDS (MESSAGE-ID DATE)] {20}\r\n")
         == b'* 1 FETCH (UID 4 BODY[HEADER.FIELDS ("MESSAGE-ID" "DATE")] {20}\r\n'
     )
     sent = (

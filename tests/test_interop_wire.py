@@ -1,8 +1,8 @@
-"""The interop harness counts bodies in the server's stream itself (tests/interop/wire.py)."""
+"""The interop harness counts bodies in the server's stream itself (testkit/interop/wire.py)."""
 
 from __future__ import annotations
 
-from interop.wire import CountingProxy, count_bodies
+from testkit.interop.wire import CountingProxy, count_bodies
 
 
 def test_counts_full_bodies_in_each_servers_answer_shape() -> None:

@@ -312,7 +312,7 @@ _STALL = 1.2  # seconds each FETCH's answer is held up, 3 kB into it
 
 
 def _slow_fetches(n: int = _INBOX // 100) -> list[Any]:
-    from faultproxy import Fault
+    from testkit.faultproxy import Fault
 
     return [
         Fault("stall", conn=None, on_command="BODY.PEEK[]", nth=k, after=3000,
@@ -331,7 +331,7 @@ def _config(dovecot: Any, tmp_path: Path, port: int) -> Path:
 def test_first_sync_of_a_large_folder_on_a_slow_link_advances_every_fetch_batch(
     dovecot: Any, imap_user: Any, tmp_path: Path
 ) -> None:
-    from faultproxy import FaultProxy
+    from testkit.faultproxy import FaultProxy
 
     imap_user("plain")
     dovecot.bulk_maildir("plain", "INBOX", [_message(i) for i in range(_INBOX)])
@@ -382,7 +382,7 @@ def test_first_sync_fetched_by_workers_advances_per_worker_batch(
 def test_sync_on_a_terminal_redraws_its_folder_bar_at_least_every_two_seconds(
     dovecot: Any, imap_user: Any, tmp_path: Path
 ) -> None:
-    from faultproxy import FaultProxy
+    from testkit.faultproxy import FaultProxy
 
     imap_user("plain")
     dovecot.bulk_maildir("plain", "INBOX", [_message(i) for i in range(_INBOX)])

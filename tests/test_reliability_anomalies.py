@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultproxy import FaultProxy
 
+from testkit.faultproxy import FaultProxy
 from torture.anomalies import SCENARIOS, Ctx, random_trial
 
 

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_crash_campaign_quick_slice(tmp_path: Path) -> None:
-    from dovecot import find_dovecot
+    from testkit.dovecot import find_dovecot
 
     ops = crash.OPERATIONS if find_dovecot() else tuple(o for o in crash.OPERATIONS if o != "sync")
     trials = 5 * len(ops)

@@ -1,6 +1,6 @@
 """Network faults between `mailledger sync` and a real Dovecot (the make-test slice).
 
-A TCP proxy of our own (`tests/faultproxy.py`) cuts, stalls, resets and
+A TCP proxy of our own (`testkit/faultproxy.py`) cuts, stalls, resets and
 corrupts the line; `torture/network.py` runs the full randomized campaign
 (`make torture`). Here: one schedule per fault kind, each judged by the same
 rules (exit 0 and complete, or exit 1 with the reason shown; never a
@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultproxy import Fault, FaultProxy, _strip_uidnext
 
 from pipeline.config import load_config
 from pipeline.store import MessageStore
 from stores.errors import ConfigError
+from testkit.faultproxy import Fault, FaultProxy, strip_uidnext
 from torture.network import (
     ACCOUNT,
     FOLDERS,
@@ -154,10 +154,10 @@ def test_a_cut_in_one_folder_does_not_fail_the_next_folder(
 
 
 def test_the_proxy_strips_uidnext_from_examine_and_status() -> None:
-    assert _strip_uidnext(b"* OK [UIDNEXT 7] Predicted next UID\r\n", status=True) == b""
+    assert strip_uidnext(b"* OK [UIDNEXT 7] Predicted next UID\r\n", status=True) == b""
     line = b"* STATUS INBOX (MESSAGES 3 UIDNEXT 4 UIDVALIDITY 1)\r\n"
-    assert _strip_uidnext(line, status=True) == b"* STATUS INBOX (MESSAGES 3 UIDVALIDITY 1)\r\n"
-    assert _strip_uidnext(line, status=False) == line
+    assert strip_uidnext(line, status=True) == b"* STATUS INBOX (MESSAGES 3 UIDVALIDITY 1)\r\n"
+    assert strip_uidnext(line, status=False) == line
 
 
 def test_the_proxy_forwards_bytes_unchanged_without_faults() -> None:

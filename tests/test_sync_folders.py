@@ -3,7 +3,7 @@
 Issue 13, interoperability: a folder named by name is synced whatever its
 SPECIAL-USE; a SPECIAL-USE entry that matches nothing is a folder error; the
 locations under an old UIDVALIDITY or an old folder name are marked vanished.
-Against a real Dovecot on loopback (tests/dovecot.py); the LIST failure through
+Against a real Dovecot on loopback (testkit/dovecot.py); the LIST failure through
 the fault proxy.
 """
 
@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultproxy import Fault, FaultProxy
 from test_sync_imap import Env
 
 from pipeline import imap
@@ -23,6 +22,7 @@ from pipeline.imap import FolderInfo
 from pipeline.parse import parse_message
 from pipeline.store import MessageStore
 from stores.events import CursorMoved, Event, LocationVanished
+from testkit.faultproxy import Fault, FaultProxy
 
 pytestmark = pytest.mark.usefixtures("dovecot")
 

@@ -15,7 +15,7 @@ The contract a campaign module follows (``torture/<name>.py``):
 
 Everything here uses real parts: the ``mailledger`` command in its own
 process group, real Parquet and DuckDB files, a real Dovecot on loopback
-(``tests/dovecot.py``), a real tmpfs for a full disk.
+(``testkit/dovecot.py``), a real tmpfs for a full disk.
 """
 
 from __future__ import annotations
@@ -200,11 +200,8 @@ def maildir_raws(root: Path) -> list[bytes]:
 
 @contextlib.contextmanager
 def dovecot_server() -> Iterator[Any]:
-    """A private Dovecot on loopback (tests/dovecot.py); None where it is not installed."""
-    tests = str(REPO / "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
-    from dovecot import Dovecot, find_dovecot
+    """A private Dovecot on loopback (testkit/dovecot.py); None where it is not installed."""
+    from testkit.dovecot import Dovecot, find_dovecot
 
     if find_dovecot() is None:
         yield None

@@ -4,7 +4,7 @@ Each scenario builds the anomaly for real (doveadm, the Maildir on disk, the
 harness's ``lose_state`` / ``set_uidvalidity``), syncs through the CLI, and
 checks the exit code, the ALARM, the cursor and the store against what Dovecot
 then holds. Only the missing UIDNEXT needs a fake, because Dovecot always
-sends it: the fault proxy (``tests/faultproxy.py``) strips ``[UIDNEXT n]`` from
+sends it: the fault proxy (``testkit/faultproxy.py``) strips ``[UIDNEXT n]`` from
 EXAMINE and ``UIDNEXT n`` from STATUS.
 
 - UIDVALIDITY change: ALARM, ``uidvalidity-changed`` event, rescan without a
@@ -53,7 +53,6 @@ from torture.network import (
     durable_prefix_problems,
     server_truth,
     store_problems,
-    tests_on_path,
 )
 
 __all__ = [
@@ -272,8 +271,7 @@ def uids_reassigned(ctx: Ctx) -> Outcome:
 
 
 def uids_reassigned_without_uidnext(ctx: Ctx) -> Outcome:
-    tests_on_path()
-    from faultproxy import Fault
+    from testkit.faultproxy import Fault
 
     return _reassign(ctx, "reassigned-nouidnext", [Fault("strip-uidnext", conn=None)])
 
@@ -367,8 +365,7 @@ def folder_deleted_and_recreated(ctx: Ctx) -> Outcome:
 
 
 def missing_uidnext(ctx: Ctx) -> Outcome:
-    tests_on_path()
-    from faultproxy import Fault
+    from testkit.faultproxy import Fault
 
     p: list[str] = []
     stripped = 0
@@ -559,8 +556,7 @@ def run_campaign(
     only: Sequence[str] | None = None,
     progress: bool = False,
 ) -> Figures:
-    tests_on_path()
-    from faultproxy import FaultProxy
+    from testkit.faultproxy import FaultProxy
 
     t0 = time.monotonic()
     figs = Figures()
@@ -597,8 +593,7 @@ def main(trials: int = FULL_TRIALS, seed: int = SEED, workdir: Path | None = Non
     """Every scenario, then ``trials`` random reassignment trials; print the figures."""
     result = Result("anomalies")
     t0 = time.monotonic()
-    tests_on_path()
-    from dovecot import Dovecot, find_dovecot
+    from testkit.dovecot import Dovecot, find_dovecot
 
     if find_dovecot() is None:
         result.skipped.append("dovecot is not installed")

@@ -222,7 +222,7 @@ class ImportOp(Operation):
     name = "import"
 
     def setup(self) -> None:
-        from bench.corpus import write_maildir
+        from testkit.corpus import write_maildir
 
         self.src = self.work / "source-maildir"
         write_maildir(self.src, self.size(N_MESSAGES), seed=self.rng.randrange(1 << 30))
@@ -266,7 +266,7 @@ class SyncOp(Operation):
     SIZES: ClassVar[dict[str, int]] = {"INBOX": 360, "Archive": 120, "Sent": 60}
 
     def setup(self) -> None:
-        from bench.corpus import generate_messages
+        from testkit.corpus import generate_messages
 
         self._dv_cm = dovecot_server()
         self.dv = self._dv_cm.__enter__()
@@ -367,7 +367,7 @@ class SyncOp(Operation):
 
 def _maildir_template(work: Path, rng: random.Random, name: str, batch: int, n: int) -> Path:
     """A store of ``n`` bench-corpus messages imported in batches of ``batch`` (a file each)."""
-    from bench.corpus import write_maildir
+    from testkit.corpus import write_maildir
 
     src = work / f"{name}-maildir"
     write_maildir(src, n, seed=rng.randrange(1 << 30))

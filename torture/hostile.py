@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from torture import Result, cli_main
-from torture.network import SyncDriver, run_cli, tests_on_path
+from torture.network import SyncDriver, run_cli
 
 __all__ = [
     "FULL_TRIALS",
@@ -819,8 +819,7 @@ def main(trials: int = FULL_TRIALS, seed: int = SEED, workdir: Path | None = Non
     try:
         for p in run_import(work, trials, seed, figs):
             result.fail(p)
-        tests_on_path()
-        from dovecot import Dovecot, find_dovecot
+        from testkit.dovecot import Dovecot, find_dovecot
 
         if find_dovecot() is None:
             result.skipped.append("IMAP slice: dovecot not installed")

@@ -1,7 +1,7 @@
 """Network torture: IMAP syncs through a proxy that breaks the line on a schedule.
 
 Between ``mailledger sync --apply`` and a real loopback Dovecot sits
-``tests/faultproxy.py``: on a schedule it drops the connection mid-FETCH,
+``testkit/faultproxy.py``: on a schedule it drops the connection mid-FETCH,
 stalls it past the client's timeout, resets it (RST), cuts a literal in the
 middle or slips an unsolicited ``* N FETCH (FLAGS (\\Seen))`` / ``* N EXISTS``
 into the server's answers. Each schedule runs on a fresh store:
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torture import REPO, Result, cli_main
+from torture import Result, cli_main
 
 __all__ = [
     "FULL_TRIALS",
@@ -72,13 +72,6 @@ USER = "fastmail"
 ACCOUNT = "torture"
 FOLDERS = ("INBOX", "Archive")
 TIMEOUT = 1.0  # the account's timeout: a stall longer than this must fail the call
-
-
-def tests_on_path() -> None:
-    """Make ``tests/dovecot.py`` and ``tests/faultproxy.py`` importable."""
-    where = str(REPO / "tests")
-    if where not in sys.path:
-        sys.path.insert(0, where)
 
 
 # -- the mail on the server ------------------------------------------------------
@@ -217,7 +210,7 @@ class SyncDriver:
         **extra: object,
     ) -> None:
         """``extra``: more account keys (``initial="new-only"``...)."""
-        from dovecot import USERS, _toml_value
+        from testkit.dovecot import USERS, toml_value
 
         self.dv = dv
         self.user = user
@@ -239,7 +232,7 @@ class SyncDriver:
         }
         lines = [f"[accounts.{account}]"]
         for k, v in keys.items():
-            lines.append(f"{k} = {v!r}" if isinstance(v, float) else f"{k} = {_toml_value(v)}")
+            lines.append(f"{k} = {v!r}" if isinstance(v, float) else f"{k} = {toml_value(v)}")
         self.config.write_text("\n".join(lines) + "\n")
         self.env = {"TORTURE_IMAP_PASSWORD": USERS[user], "HOME": str(workdir)}
 
@@ -266,7 +259,7 @@ _LOGIN = re.compile(r"imap-login: Info: Login: user=<(?P<user>[^>]*)>.*session=<
 def bodies_since(dv: Any, mark: int, user: str, timeout: float = 5.0) -> tuple[int, int]:
     """``(sessions, body_count)`` of the IMAP sessions of ``user`` that logged in
     after ``mark``, from Dovecot's own log (waits for their logout lines)."""
-    from dovecot import session_bytes
+    from testkit.dovecot import session_bytes
 
     def ended(text: str) -> list[Any] | None:
         started = {m["s"] for m in _LOGIN.finditer(text) if m["user"] == user}
@@ -371,7 +364,7 @@ def _log_uniform(rng: random.Random, hi: int) -> int:
 
 
 def random_fault(rng: random.Random) -> Any:
-    from faultproxy import Fault
+    from testkit.faultproxy import Fault
 
     kind = rng.choices(
         ["drop", "rst", "stall", "truncate", "inject"], weights=[22, 16, 16, 22, 24]
@@ -401,7 +394,6 @@ def random_fault(rng: random.Random) -> Any:
 
 
 def random_schedules(n: int, seed: int) -> list[Schedule]:
-    tests_on_path()
     rng = random.Random(seed)
     out = []
     for _ in range(n):
@@ -415,8 +407,7 @@ def random_schedules(n: int, seed: int) -> list[Schedule]:
 
 def one_of_each() -> list[Schedule]:
     """One schedule per fault kind (the ``make test`` slice), mid-FETCH where it can."""
-    tests_on_path()
-    from faultproxy import Fault
+    from testkit.faultproxy import Fault
 
     return [
         Schedule((Fault("drop", on_command="FETCH", nth=2, after=40_000),)),
@@ -552,8 +543,7 @@ def run_campaign(
     keep: bool = False,
 ) -> CampaignFigures:
     """Seed ``user``'s mailbox (the user is reset first) and run every schedule."""
-    tests_on_path()
-    from faultproxy import FaultProxy
+    from testkit.faultproxy import FaultProxy
 
     t0 = time.monotonic()
     figs = CampaignFigures()
@@ -605,8 +595,7 @@ def main(trials: int = FULL_TRIALS, seed: int = SEED, workdir: Path | None = Non
     """Start a private Dovecot, run ``trials`` schedules, print the figures."""
     result = Result("network")
     t0 = time.monotonic()
-    tests_on_path()
-    from dovecot import Dovecot, find_dovecot
+    from testkit.dovecot import Dovecot, find_dovecot
 
     if find_dovecot() is None:
         result.skipped.append("dovecot is not installed")

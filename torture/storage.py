@@ -62,7 +62,7 @@ class Bench:
     """A source Maildir and a template store made from it (once per campaign)."""
 
     def __init__(self, work: Path, rng: random.Random) -> None:
-        from bench.corpus import write_maildir
+        from testkit.corpus import write_maildir
 
         self.work = work
         self.rng = rng

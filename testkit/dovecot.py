@@ -378,7 +378,7 @@ service pop3-login {{
   chroot =
 }}
 """
-    return f"""# Written by mailledger's tests/dovecot.py; self-contained, no /etc/dovecot.
+    return f"""# Written by mailledger's testkit/dovecot.py; self-contained, no /etc/dovecot.
 instance_name = mailledger-test
 # the greeting names this directory, so start() knows it reached this server
 login_greeting = mailledger-test {d.name}
@@ -532,7 +532,7 @@ service anvil {{
 {rootless}"""
 
 
-def _toml_value(v: object) -> str:
+def toml_value(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -541,7 +541,7 @@ def _toml_value(v: object) -> str:
         s = str(v)
         return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
     raise TypeError(f"no TOML for {v!r}")
 
 
@@ -1154,7 +1154,7 @@ class Dovecot:
         if tls != "none":
             keys["ca_file"] = self.cafile
         keys.update(extra)
-        body = "\n".join(f"{k} = {_toml_value(v)}" for k, v in keys.items())
+        body = "\n".join(f"{k} = {toml_value(v)}" for k, v in keys.items())
         return f"[accounts.{name or user}]\n{body}\n"
 
 

@@ -18,8 +18,8 @@ the clock or global random state.
 
 CLI::
 
-    python -m bench.corpus maildir bench-data/maildir 100000 --seed 1
-    python -m bench.corpus mbox bench-data/all.mbox 10000
+    python -m testkit.corpus maildir bench-data/maildir 100000 --seed 1
+    python -m testkit.corpus mbox bench-data/all.mbox 10000
 """
 
 from __future__ import annotations
@@ -1231,11 +1231,11 @@ def write_mbox(path: Path, n: int, seed: int = 1) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m bench.corpus maildir DIR N [--seed S]`` or ``... mbox FILE N``."""
+    """``python -m testkit.corpus maildir DIR N [--seed S]`` or ``... mbox FILE N``."""
     parser = argparse.ArgumentParser(
-        prog="python -m bench.corpus",
+        prog="python -m testkit.corpus",
         description="Write deterministic synthetic mail for benchmarks and demos.",
-        epilog="example: python -m bench.corpus maildir bench-data/maildir 100000 --seed 1",
+        epilog="example: python -m testkit.corpus maildir bench-data/maildir 100000 --seed 1",
     )
     sub = parser.add_subparsers(dest="format", required=True)
     for fmt, target in (("maildir", "DIR"), ("mbox", "FILE")):

@@ -1,12 +1,12 @@
 """``make interop``: the core sync behaviours against Cyrus IMAP and Courier-IMAP.
 
-    .venv/bin/python -m tests.interop [--servers cyrus,courier] [--cache DIR] [-v]
+    .venv/bin/python -m testkit.interop [--servers cyrus,courier] [--cache DIR] [-v]
 
-For each server (:mod:`tests.interop.servers`: unpacked from Debian packages,
+For each server (:mod:`testkit.interop.servers`: unpacked from Debian packages,
 run from a cache on a free loopback port, removed afterwards) it seeds mail by
 IMAP APPEND, then drives mailledger through its CLI (``python -m pipeline
 --store S sync --apply --config C --json``), through a byte-counting proxy
-(:mod:`tests.interop.wire`), one scenario after the other on one store:
+(:mod:`testkit.interop.wire`), one scenario after the other on one store:
 
 ==============  ===============================================================
 first           first sync of INBOX (20), Lists (10), Archive (empty): 30 bodies
@@ -34,7 +34,7 @@ does not recognise its own request in that answer, and so downloads bodies it
 already has (idle, move, UIDVALIDITY change, reconcile) and under-reports them:
 those rows FAIL with the wire count beside the reported one.
 
-Nothing is installed and nothing is left running: see :mod:`tests.interop.servers`.
+Nothing is installed and nothing is left running: see :mod:`testkit.interop.servers`.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.interop.servers import PASSWORD, SERVERS, InteropError, Server
-from tests.interop.wire import CountingProxy, Wire
+from testkit.interop.servers import PASSWORD, SERVERS, InteropError, Server
+from testkit.interop.wire import CountingProxy, Wire
 
 REPO = Path(__file__).resolve().parents[2]
 ACCOUNT = "interop"
@@ -376,7 +376,7 @@ def table(rows: list[Row]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m tests.interop",
+        prog="python -m testkit.interop",
         description="Run the core sync scenarios against Cyrus IMAP and Courier-IMAP.",
     )
     ap.add_argument("--servers", default="cyrus,courier", help="comma-separated: cyrus,courier")

@@ -339,10 +339,10 @@ class _Connection:
         out = line
         if "strip-uidnext" in self._rewrites:
             out = self._fired_if(
-                "strip-uidnext", out, _strip_uidnext(out, status=self._strip_status)
+                "strip-uidnext", out, strip_uidnext(out, status=self._strip_status)
             )
         if "quote-fields" in self._rewrites:
-            out = self._fired_if("quote-fields", out, _quote_fields(out))
+            out = self._fired_if("quote-fields", out, quote_fields(out))
         if "date-after-body" in self._rewrites:
             held, self.moved_date = self.moved_date, b""
             moved = held + out  # the line after a literal goes on from its last octet
@@ -372,7 +372,7 @@ class _Stalled(Exception):
     """Forwarding paused; the loop resumes it when the stall ends."""
 
 
-def _strip_uidnext(line: bytes, *, status: bool) -> bytes:
+def strip_uidnext(line: bytes, *, status: bool) -> bytes:
     if _UIDNEXT_CODE.match(line):
         return b""
     if status and line.upper().startswith(b"* STATUS ") and b"UIDNEXT" in line.upper():
@@ -380,7 +380,7 @@ def _strip_uidnext(line: bytes, *, status: bool) -> bytes:
     return line
 
 
-def _quote_fields(line: bytes) -> bytes:
+def quote_fields(line: bytes) -> bytes:
     """Header-field names in FETCH item names quoted: ``BODY[HEADER.FIELDS ("A" "B")]``."""
 
     def quote(m: re.Match[bytes]) -> bytes:
