@@ -2,7 +2,7 @@
 
 ``python -m torture`` (``make torture``) runs every campaign module of this
 package; ``python -m torture --quick`` runs the small slice that ``make test``
-also runs through ``tests/test_reliability_*.py``. See RELIABILITY.md.
+also runs through ``tests/reliability/``. See RELIABILITY.md.
 
 The contract a campaign module follows (``torture/<name>.py``):
 

@@ -24,7 +24,7 @@ from pipeline.importers import import_maildir, import_mbox
 from pipeline.ingest import Incoming, Ingest, Prepared, prepare
 from pipeline.store import MessageStore
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "maildir"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "maildir"
 COUNTED = (
     "uids_seen", "processed", "vanished", "errors", "bodies_fetched", "known_skipped",
     "new_messages", "duplicates", "conflicts_other_source", "malformed", "bytes_read", "events",

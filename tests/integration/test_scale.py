@@ -28,7 +28,7 @@ from stores.log import EventLog
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 BUDGET = MIN_BUDGET  # the least ``--memory`` takes
 BUDGET_DUCKDB = duckdb_share(BUDGET)
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _events(n: int, seed: int = 7) -> list[MessageSeen]:

@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.cli import default_store_path, main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "fixtures"
 
 

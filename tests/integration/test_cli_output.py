@@ -23,7 +23,7 @@ import pytest
 from pipeline.cli import _format_table, main
 from pipeline.store import MessageStore
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "fixtures"
 MAILLEDGER = [sys.executable, "-m", "pipeline"]
 # what a Python repr leaks into plain output: a list or dict of strings, a None

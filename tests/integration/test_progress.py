@@ -33,7 +33,7 @@ from pipeline.store import MessageStore
 from pipeline.sync import SyncOptions, sync_accounts
 from projections.fold import REBUILD_PHASES
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # what only a progress display writes: a bar, a rate, a carriage return
 _PROGRESS_MARKS = ("%|", "msg/s", "\r")
 
