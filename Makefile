@@ -73,6 +73,7 @@ man: venv
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf demo-store demo-store-imap bench-data .pytest_cache .ruff_cache
