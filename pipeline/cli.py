@@ -1,7 +1,7 @@
 """The ``mailledger`` command: thin commands over the library.
 
 Each command parses its arguments, calls one library function and formats the
-answer. Exit codes are mapped here and only here (SPEC §6): 0 success, 1 an
+answer. Exit codes are mapped here and only here: 0 success, 1 an
 error of any message/folder/account or an unbalanced run, 2 a usage or
 configuration error, 3 completed but an ALARM was raised.
 """

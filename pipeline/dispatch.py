@@ -1,4 +1,4 @@
-"""Dispatch: hand stored messages to handlers by To/Cc address (seed flow, step 3-4).
+"""Dispatch: hand stored messages to handlers by To/Cc address (README, "Dispatch to handlers").
 
 The ``[dispatch]`` table of the config file::
 
@@ -28,7 +28,7 @@ Each handler gets ONE call with a list of ``(msg_id, email.message.EmailMessage)
 pairs (``msg_id`` as the store keeps it: no angle brackets) and returns the
 Message-IDs it finished (any iterable; angle brackets optional). Two modes:
 
-- ``mailledger dispatch`` (the seed's flow): every message currently in the
+- ``mailledger dispatch`` (the legacy program's flow): every message currently in the
   store; what a handler finished is deleted through the store
   (``message-deleted``, actor = the handler, reason ``dispatched``).
 - ``mailledger dispatch --consumer NAME``: non-destructive. Only the messages

@@ -1,5 +1,5 @@
-"""The legacy GDBM UIDL store (``~/.email3.mail.gdbm``) into the log (seed:
-``migrate_from_uidl_store``).
+"""The legacy GDBM UIDL store (``~/.email3.mail.gdbm``) into the log (the legacy
+program's ``migrate_from_uidl_store``).
 
 The old program kept one GDBM file keyed by POP3 UIDL; each value is a raw
 message that it had decoded as latin-1 into a Python ``str``, which ``dbm``
@@ -76,7 +76,7 @@ def legacy_bytes(stored: bytes) -> bytes:
 
 
 def synthetic_uidl_id(uidl: str) -> str:
-    """The Message-ID the seed gives a legacy message without one (no angle brackets).
+    """The Message-ID the legacy program gave a message without one (no angle brackets).
 
     A stored id never holds whitespace (the header index separates ids by a
     space): a UIDL with any gets another prefix and is percent-encoded, so no

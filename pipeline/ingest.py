@@ -1,4 +1,5 @@
-"""Recording messages from any source in batches, with the run accounting of SPEC §6.
+"""Recording messages from any source in batches, with the run accounting: every
+message offered is new, a duplicate, skipped or an error (``RunCounts.balanced``).
 
 Sources (importers, fetchers) hand ``Ingest`` raw messages (or the paths of
 files holding them) with their location; it decides per message whether the
@@ -37,7 +38,7 @@ log = logging.getLogger("mailledger.ingest")
 
 @dataclass
 class RunCounts:
-    """Per-source run counts; ``balanced`` checks the SPEC §6 equations."""
+    """Per-source run counts; ``balanced`` checks the accounting equations."""
 
     uids_seen: int = 0
     processed: int = 0
@@ -46,7 +47,7 @@ class RunCounts:
     bodies_fetched: int = 0
     known_skipped: int = 0
     # bodies downloaded only to confirm that known UIDs still name the same
-    # messages: none is processed, so they stay out of the SPEC §6 equations
+    # messages: none is processed, so they stay out of the accounting equations
     bodies_checked: int = 0
     new_messages: int = 0
     duplicates: int = 0

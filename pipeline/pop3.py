@@ -1,4 +1,4 @@
-"""POP3 accounts: UIDL list, skip what the store holds, RETR the rest (SPEC §5).
+"""POP3 accounts: UIDL list, skip what the store holds, RETR the rest (README, "POP3 accounts").
 
 POP3 has one mailbox (reported as folder ``INBOX``) and no cursor: the set of
 UIDLs on record is the state, so a POP3 sync writes ``message-seen`` events

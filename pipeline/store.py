@@ -1,4 +1,4 @@
-"""``MessageStore``: the API handlers and scripts use (SPEC §4).
+"""``MessageStore``: the API handlers and scripts use (README, "The store").
 
 Every write goes through the event log (blobs first, then one atomic commit,
 then the projections fold the new events); every read goes through the
@@ -629,7 +629,7 @@ class MessageStore:
         folder: str = "",
         message_id: str | None = None,
     ) -> str:
-        """Store one message (seed API); returns its Message-ID.
+        """Store one message (the legacy program's API); returns its Message-ID.
 
         An id already in the store keeps its first record; this adds a location.
         ``message_id`` overrides the parsed id (the legacy UIDL import uses it); it
@@ -984,7 +984,7 @@ class MessageStore:
 
     @_uses_db
     def uidls(self) -> list[str]:
-        """Every UIDL ever downloaded (seed ``_uidls``)."""
+        """Every UIDL ever downloaded (the legacy program's ``_uidls``)."""
         rows = self._reader().execute(
             "SELECT DISTINCT uidl FROM locations WHERE uidl IS NOT NULL ORDER BY uidl"
         )

@@ -1,6 +1,6 @@
 """The sync run: plan each folder from its cursor, take what is new, account for it.
 
-Rules (SPEC §5–6), each enforced here:
+Rules, each enforced here:
 - identity is the Message-ID; a body the store already holds (same id and
   size) costs an envelope and a location event, never a second download;
 - the log is written before any cursor moves, and a cursor moves only across

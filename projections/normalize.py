@@ -1,4 +1,4 @@
-"""The one copy of the header normalization rules (SPEC §3, "Header indices").
+"""The one copy of the header normalization rules (README, "Rules it follows").
 
 Index building and querying both call these functions, so a value typed by a
 user and a value read from a message meet in the same key: ``Fwd: Re: Live

@@ -1,4 +1,4 @@
-"""Purge: erase what a data-protection request asks for, keep what audits need (SPEC §2).
+"""Purge: erase what a data-protection request asks for, keep what audits need.
 
 A message is *purgeable* when the last of its ``message-seen`` /
 ``message-deleted`` events is a ``message-deleted``: it was deleted and no
