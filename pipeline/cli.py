@@ -36,6 +36,14 @@ __all__ = ["build_parser", "default_store_path", "main", "progress_wanted", "ver
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_ALARM = 0, 1, 2, 3
 
+
+def _with_exit(report: dict[str, Any], code: int) -> dict[str, Any]:
+    """A report's JSON with the exit code this command gives it, after the run's
+    identity (``run_id`` and the mode: ``applied`` / ``dry_run``)."""
+    head = [k for k in ("run_id", "applied", "dry_run") if k in report]
+    return {**{k: report[k] for k in head}, "exit_code": code, **report}
+
+
 log = logging.getLogger("mailledger.cli")
 
 
@@ -500,8 +508,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
     import threading
 
     from pipeline.config import default_config_path, load_config
+    from pipeline.reports import SyncOptions
     from pipeline.store import MessageStore
-    from pipeline.sync import SyncOptions, sync_accounts, wait_for_change
+    from pipeline.sync import sync_accounts, wait_for_change
 
     env = args.env
     config = load_config(args.config or default_config_path(env), env)
@@ -555,8 +564,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
                 where = Path(store_path) if exists else Path(tmp) / "store"
                 with MessageStore.open(where, create=not exists) as store:
                     report = sync_accounts(store, config, env, opts, emit=emit, only=only)
-        code = report.exit_code
-        result = report.as_dict()
+        code = EXIT_ERROR if report.failed else EXIT_ALARM if report.alarms else EXIT_OK
+        result = _with_exit(report.as_dict(), code)
         # each ALARM was printed once, where it was raised: the summary counts them
         emit(
             f"{'sync' if opts.apply else 'dry-run' if not opts.measure else 'measure'}"
@@ -595,6 +604,7 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
     store_path = args.store or config.store_path or default_store_path(env)
     with MessageStore.open(store_path, create=False) as store:
         report = dispatch(store, dcfg, dry_run=args.dry_run, consumer=args.consumer)
+    code = EXIT_ERROR if report.failed else EXIT_OK
     out = sys.stderr if args.json else sys.stdout
     for line in report.lines():
         print(line, file=out)
@@ -604,12 +614,12 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
     print(
         f"{'dry-run' if args.dry_run else 'dispatch'} run={report.run_id}"
         f" handlers={len(report.handlers)} given={given} finished={finished}"
-        f" unrouted={len(report.unrouted)} failed={failed} exit={report.exit_code}",
+        f" unrouted={len(report.unrouted)} failed={failed} exit={code}",
         file=out,
     )
     if args.json:
-        _print_json(report.as_dict())
-    return report.exit_code
+        _print_json(_with_exit(report.as_dict(), code))
+    return code
 
 
 def cmd_cursor_log(args: argparse.Namespace) -> int:

@@ -426,16 +426,15 @@ class DispatchReport:
     checkpoint_to: int | None = None
 
     @property
-    def exit_code(self) -> int:
-        failed = any(h.error for h in self.handlers.values()) or self.errors
-        return 1 if failed else 0
+    def failed(self) -> bool:
+        """A handler failed, or a message could not be read (the CLI exits 1)."""
+        return any(h.error for h in self.handlers.values()) or bool(self.errors)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
             "dry_run": self.dry_run,
             "consumer": self.consumer,
-            "exit_code": self.exit_code,
             "handlers": {k: v.as_dict() for k, v in self.handlers.items()},
             "unrouted": list(self.unrouted),
             "errors": list(self.errors),

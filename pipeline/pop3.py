@@ -43,8 +43,8 @@ from typing import Any
 from pipeline.config import Account, resolve_secret, tls_context
 from pipeline.ingest import Incoming, Ingest
 from pipeline.progress import NO_PROGRESS, Progress, counted
+from pipeline.reports import AccountReport, FolderReport, SyncOptions
 from pipeline.store import MessageStore
-from pipeline.sync import AccountReport, FolderReport, SyncOptions
 from stores.errors import MailledgerError, SourceError, TerminalSourceError, TransientSourceError
 from stores.events import LocationVanished
 

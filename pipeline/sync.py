@@ -22,7 +22,7 @@ import logging
 import random
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pipeline.config import Account, Config, InitialMode, resolve_secret
@@ -37,21 +37,16 @@ from pipeline.imap import (
     select_folders,
 )
 from pipeline.imap_fetch import Fetched, fetch_bodies, fetch_prepared
-from pipeline.ingest import Incoming, Ingest, RunCounts, WorkerPool, worker_pool
+from pipeline.ingest import Incoming, Ingest, WorkerPool, worker_pool
 from pipeline.parse import synthetic_message_id
+from pipeline.pop3 import sync_pop3_account
 from pipeline.progress import NO_PROGRESS, Progress
+from pipeline.reports import AccountReport, FolderReport, RunReport, SyncOptions
 from pipeline.store import MessageStore
 from stores.errors import MailledgerError, SourceError
 from stores.events import CursorMoved, LocationVanished, UidvalidityChanged
 
-__all__ = [
-    "FolderReport",
-    "Plan",
-    "RunReport",
-    "SyncOptions",
-    "plan_folder",
-    "sync_accounts",
-]
+__all__ = ["Plan", "plan_folder", "sync_accounts", "wait_for_change"]
 
 log = logging.getLogger("mailledger.sync")
 
@@ -73,16 +68,6 @@ _WORKER_BATCH = 1000
 # on 10,000 messages (main process, 4 alternating runs each): 10,000 -> 285 MB,
 # 4.39 s median; 5,000 -> 252 MB, 4.54 s; 2,500 -> 237 MB, 4.9 s.
 _FOLD_EVERY = 5_000
-
-
-@dataclass(frozen=True)
-class SyncOptions:
-    apply: bool = False
-    limit: int | None = None
-    reconcile: bool = False
-    measure: bool = False
-    mode_label: str | None = None  # "watch" when run by --watch
-    workers: int = 0  # processes that parse and compress fetched bodies
 
 
 @dataclass(frozen=True)
@@ -135,103 +120,6 @@ def plan_folder(
         return Plan(mode="reconcile", after_uid=0, cursor_from=last)
     nothing = state.uidnext is not None and state.uidnext - 1 <= last
     return Plan(mode="delta", after_uid=last, cursor_from=last, nothing_new=nothing)
-
-
-@dataclass
-class FolderReport:
-    folder: str
-    mode: str = "delta"
-    uidvalidity: int | None = None
-    cursor_from: int | None = None
-    cursor_to: int | None = None
-    new: int = 0
-    bodies: int = 0  # every full body downloaded, ``bodies_checked`` included
-    bodies_checked: int = 0  # of those, downloaded to confirm known UIDs (no new message)
-    known: int = 0
-    vanished: int = 0
-    errors: int = 0
-    bytes_fetched: int = 0
-    failed_uids: list[int] = field(default_factory=list)
-    error: str | None = None
-    alarm: str | None = None
-    would_fetch: int | None = None  # dry run: UIDs a real run would take
-
-    def line(self, account: str) -> str:
-        cursor = f"{self.cursor_from if self.cursor_from is not None else '-'}->" + (
-            f"{self.cursor_to if self.cursor_to is not None else '-'}"
-        )
-        text = (
-            f"{self.mode} {account} {self.folder}:"
-            f" uidvalidity={self.uidvalidity if self.uidvalidity is not None else '-'}"
-            f" cursor={cursor} new={self.new} bodies={self.bodies} known={self.known}"
-            f" errors={self.errors}"
-        )
-        if self.bodies_checked:
-            text += f" checked={self.bodies_checked}"
-        if self.vanished:
-            text += f" vanished={self.vanished}"
-        if self.failed_uids:
-            text += " failed_uids=" + ",".join(map(str, self.failed_uids[:20]))
-        if self.would_fetch is not None:
-            text += f" dry-run would_fetch={self.would_fetch}"
-        if self.error:
-            text += f" ERROR: {self.error}"
-        return text
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class AccountReport:
-    name: str
-    folders: dict[str, FolderReport] = field(default_factory=dict)
-    counts: RunCounts = field(default_factory=RunCounts)
-    error: str | None = None
-    folder_errors: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "error": self.error,
-            "folder_errors": self.folder_errors,
-            "counts": self.counts.as_dict(),
-            "folders": {k: v.as_dict() for k, v in self.folders.items()},
-        }
-
-
-@dataclass
-class RunReport:
-    run_id: str
-    applied: bool
-    accounts: dict[str, AccountReport] = field(default_factory=dict)
-    alarms: list[str] = field(default_factory=list)
-
-    @property
-    def errors(self) -> int:
-        return sum(
-            a.counts.errors + a.folder_errors + (1 if a.error else 0)
-            for a in self.accounts.values()
-        )
-
-    @property
-    def balanced(self) -> bool:
-        return all(a.counts.balanced for a in self.accounts.values())
-
-    @property
-    def exit_code(self) -> int:
-        if self.errors or not self.balanced:
-            return 1
-        return 3 if self.alarms else 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "applied": self.applied,
-            "exit_code": self.exit_code,
-            "balanced": self.balanced,
-            "alarms": list(self.alarms),
-            "accounts": {k: v.as_dict() for k, v in self.accounts.items()},
-        }
 
 
 # -- one folder -----------------------------------------------------------------
@@ -824,8 +712,6 @@ def _sync_account(
     progress: Progress = NO_PROGRESS,
 ) -> None:
     if account.type == "pop3":
-        from pipeline.pop3 import sync_pop3_account
-
         report.accounts[name] = sync_pop3_account(
             store, account, env, opts, emit=emit, progress=progress
         )

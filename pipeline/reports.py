@@ -1,0 +1,121 @@
+"""What a sync is asked to do and what it did: options in, reports out.
+
+The reports say what happened (counts, errors, alarms, whether the sums
+balance); the command line alone turns that into an exit code. Used by the
+IMAP sync, the POP3 sync and the CLI alike, so none of them imports another
+for these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.ingest import RunCounts
+
+__all__ = ["AccountReport", "FolderReport", "RunReport", "SyncOptions"]
+
+
+@dataclass(frozen=True)
+class SyncOptions:
+    apply: bool = False
+    limit: int | None = None
+    reconcile: bool = False
+    measure: bool = False
+    mode_label: str | None = None  # "watch" when run by --watch
+    workers: int = 0  # processes that parse and compress fetched bodies
+
+
+@dataclass
+class FolderReport:
+    folder: str
+    mode: str = "delta"
+    uidvalidity: int | None = None
+    cursor_from: int | None = None
+    cursor_to: int | None = None
+    new: int = 0
+    bodies: int = 0  # every full body downloaded, ``bodies_checked`` included
+    bodies_checked: int = 0  # of those, downloaded to confirm known UIDs (no new message)
+    known: int = 0
+    vanished: int = 0
+    errors: int = 0
+    bytes_fetched: int = 0
+    failed_uids: list[int] = field(default_factory=list)
+    error: str | None = None
+    alarm: str | None = None
+    would_fetch: int | None = None  # dry run: UIDs a real run would take
+
+    def line(self, account: str) -> str:
+        cursor = f"{self.cursor_from if self.cursor_from is not None else '-'}->" + (
+            f"{self.cursor_to if self.cursor_to is not None else '-'}"
+        )
+        text = (
+            f"{self.mode} {account} {self.folder}:"
+            f" uidvalidity={self.uidvalidity if self.uidvalidity is not None else '-'}"
+            f" cursor={cursor} new={self.new} bodies={self.bodies} known={self.known}"
+            f" errors={self.errors}"
+        )
+        if self.bodies_checked:
+            text += f" checked={self.bodies_checked}"
+        if self.vanished:
+            text += f" vanished={self.vanished}"
+        if self.failed_uids:
+            text += " failed_uids=" + ",".join(map(str, self.failed_uids[:20]))
+        if self.would_fetch is not None:
+            text += f" dry-run would_fetch={self.would_fetch}"
+        if self.error:
+            text += f" ERROR: {self.error}"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class AccountReport:
+    name: str
+    folders: dict[str, FolderReport] = field(default_factory=dict)
+    counts: RunCounts = field(default_factory=RunCounts)
+    error: str | None = None
+    folder_errors: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "error": self.error,
+            "folder_errors": self.folder_errors,
+            "counts": self.counts.as_dict(),
+            "folders": {k: v.as_dict() for k, v in self.folders.items()},
+        }
+
+
+@dataclass
+class RunReport:
+    run_id: str
+    applied: bool
+    accounts: dict[str, AccountReport] = field(default_factory=dict)
+    alarms: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> int:
+        return sum(
+            a.counts.errors + a.folder_errors + (1 if a.error else 0)
+            for a in self.accounts.values()
+        )
+
+    @property
+    def balanced(self) -> bool:
+        return all(a.counts.balanced for a in self.accounts.values())
+
+    @property
+    def failed(self) -> bool:
+        """An error anywhere, or sums that do not balance (the CLI exits 1)."""
+        return bool(self.errors) or not self.balanced
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "applied": self.applied,
+            "balanced": self.balanced,
+            "alarms": list(self.alarms),
+            "accounts": {k: v.as_dict() for k, v in self.accounts.items()},
+        }
