@@ -16,7 +16,7 @@ import logging
 import multiprocessing
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -350,10 +350,6 @@ class Ingest:
             self._submit()
         if self._queued >= self.batch_size or self._queued_bytes >= self.batch_bytes:
             self._seal()
-
-    def offer_all(self, items: Iterable[Incoming]) -> None:
-        for item in items:
-            self.offer(item)
 
     def offer_known(self, record: dict[str, Any], where: Incoming) -> None:
         """A message whose content the store holds (``record`` from ``known_records``):

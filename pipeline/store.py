@@ -22,7 +22,6 @@ import logging
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -64,7 +63,7 @@ if TYPE_CHECKING:
     from pipeline.parse import ParsedMessage
     from stores.purge import PurgeReport
 
-__all__ = ["MessageStore", "SeenOutcome"]
+__all__ = ["MessageStore"]
 
 log = logging.getLogger("mailledger.store")
 
@@ -98,16 +97,6 @@ def _uses_db(fn: _F) -> _F:
                 self.close()
 
     return wrapper  # type: ignore[return-value]
-
-
-@dataclass(frozen=True)
-class SeenOutcome:
-    """What recording one message did: which id, and whether its body was new."""
-
-    message_id: str
-    sha256: str
-    body_written: bool
-    new_message: bool
 
 
 class MessageStore:
@@ -995,10 +984,6 @@ class MessageStore:
         rows = self._reader().execute("SELECT message_id FROM messages ORDER BY message_id")
         return [r[0] for r in rows.fetchall()]
 
-    def has_sha(self, sha: str) -> bool:
-        """True when the store already holds a body with this content hash."""
-        return self.blobs.has(sha)
-
     @_uses_db
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """Run SQL over the projections and the ``events`` view of the log."""
@@ -1298,14 +1283,3 @@ def _id_candidates(msg_id: str) -> list[str]:
     if msg_id and not any(c in msg_id for c in "<> \t\r\n"):
         return [msg_id] + ([norm] if norm and norm != msg_id else [])
     return [norm or msg_id]
-
-
-def iter_batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    batch: list[Any] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch

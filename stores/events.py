@@ -95,14 +95,6 @@ class Event:
     recorded_at: datetime
     seq: int | None = None
 
-    def to_row(self) -> dict[str, Any]:
-        row: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        if "headers" in row and row["headers"] is not None:
-            row["headers"] = [{"name": n, "value": v} for n, v in row["headers"]]
-        row["type"] = self.type
-        row["schema_version"] = SCHEMA_VERSION
-        return row
-
 
 @dataclass(frozen=True, kw_only=True)
 class MessageSeen(Event):
