@@ -886,7 +886,7 @@ class Dovecot:
             )
         return done.stdout.decode("utf-8", "replace")
 
-    def _tab(self, *args: str) -> list[dict[str, str]]:
+    def tab(self, *args: str) -> list[dict[str, str]]:
         lines = self.doveadm("-f", "tab", *args).splitlines()
         if not lines:
             return []
@@ -896,7 +896,7 @@ class Dovecot:
     def status(self, user: str, folder: str) -> dict[str, int]:
         """messages, uidnext, uidvalidity, highestmodseq, unseen of ``folder``,
         straight from the mail files (no IMAP session, nothing logged)."""
-        [row] = self._tab(
+        [row] = self.tab(
             "mailbox",
             "status",
             "-u",
@@ -909,7 +909,7 @@ class Dovecot:
     def flags(self, user: str, folder: str) -> dict[int, tuple[str, ...]]:
         """uid -> stored flags (sorted; ``\\Recent``, a per-session flag, left out),
         e.g. to check that a sync set no ``\\Seen``."""
-        rows = self._tab("fetch", "-u", user, "uid flags", "mailbox", folder)
+        rows = self.tab("fetch", "-u", user, "uid flags", "mailbox", folder)
         return {
             int(r["uid"]): tuple(sorted(f for f in r.get("flags", "").split() if f != "\\Recent"))
             for r in rows

@@ -113,7 +113,7 @@ def server_truth(dv: Any, user: str, folders: Sequence[str]) -> dict[str, Folder
     out: dict[str, FolderTruth] = {}
     for folder in folders:
         uv = dv.status(user, folder)["uidvalidity"]
-        rows = dv._tab("fetch", "-u", user, "uid hdr.message-id", "mailbox", folder)
+        rows = dv.tab("fetch", "-u", user, "uid hdr.message-id", "mailbox", folder)
         uids = {int(r["uid"]): normalize_msgid(r.get("hdr.message-id", "")) or "" for r in rows}
         out[folder] = FolderTruth(int(uv), uids)
     return out

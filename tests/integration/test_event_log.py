@@ -28,98 +28,13 @@ from hypothesis import strategies as st
 from stores.errors import LockTimeout, LogIntegrityError
 from stores.events import (
     SCHEMA,
-    CursorMoved,
     Event,
-    LocationVanished,
     MessageDeleted,
-    MessageSeen,
-    UidvalidityChanged,
 )
 from stores.log import EventLog
+from testkit.strategies import any_event
 
 T0 = datetime(2026, 6, 26, 9, 30, 15, 123456, tzinfo=UTC)
-
-# -- realistic events -------------------------------------------------------------
-
-_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=24)
-_opt_text = st.none() | _text
-_u32 = st.integers(1, 2**32 - 1)
-_opt_u32 = st.none() | _u32
-_when = st.datetimes(
-    min_value=datetime(1900, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
-)
-_texts = st.lists(_text, max_size=4).map(tuple)
-_msgid = st.one_of(
-    st.builds(lambda a, b: f"{a}@{b}", _text, _text), st.just("CAF=x+Y@mail.gmail.com")
-)
-_source = st.sampled_from(["gmail", "work", "import:maildir:/home/ann/Maildir", "pop:ünï"])
-_folder = st.sampled_from(["INBOX", "[Gmail]/Wszystkie", "Archiv/2026", ""]) | _text
-_mode = st.sampled_from(sorted(CursorMoved.MODES))
-_common = {"run_id": _text, "recorded_at": _when}
-
-_message_seen = st.builds(
-    MessageSeen,
-    **_common,
-    source=_source,
-    folder=_folder,
-    message_id=_msgid,
-    sha256=st.binary(min_size=32, max_size=32).map(bytes.hex),
-    size=st.integers(0, 2**40),
-    uidvalidity=_opt_u32,
-    uid=_opt_u32,
-    uidl=_opt_text,
-    internal_date=st.none() | _when,
-    headers=st.lists(st.tuples(_text, _text), max_size=5).map(tuple),
-    date_utc=st.none() | _when,
-    date_offset_min=st.none() | st.integers(-720, 840),
-    from_addr=_opt_text,
-    to_addrs=_texts,
-    in_reply_to=st.none() | _msgid,
-    references=st.lists(_msgid, max_size=4).map(tuple),
-    list_id=_opt_text,
-    subject=_opt_text,
-    synthetic_id=st.booleans(),
-    defects=_texts,
-)
-_message_deleted = st.builds(
-    MessageDeleted, **_common, message_id=_msgid, actor=_text, reason=_text
-)
-_uidvalidity_changed = st.builds(
-    UidvalidityChanged,
-    **_common,
-    source=_source,
-    folder=_folder,
-    old_uidvalidity=_opt_u32,
-    new_uidvalidity=_u32,
-    action=st.sampled_from(["rescan", "alarm+rescan"]) | _text,
-    mode=_mode,
-)
-_cursor_moved = st.builds(
-    CursorMoved,
-    **_common,
-    source=_source,
-    folder=_folder,
-    uidvalidity=_u32,
-    cursor_from=_opt_u32,
-    cursor_to=_u32,
-    mode=_mode,
-    reason=_text,
-    uidnext=_opt_u32,
-)
-_location_vanished = st.builds(
-    LocationVanished,
-    **_common,
-    source=_source,
-    folder=_folder,
-    message_id=_msgid,
-    uidvalidity=_opt_u32,
-    uid=_opt_u32,
-    uidl=_opt_text,
-    reason=_text,
-)
-any_event = st.one_of(
-    _message_seen, _message_deleted, _uidvalidity_changed, _cursor_moved, _location_vanished
-)
 
 
 def deleted(i: int, run: str = "run-1") -> MessageDeleted:

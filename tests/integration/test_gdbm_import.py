@@ -7,12 +7,10 @@ The fixture files are real GDBM databases made by the test itself: with
 
 from __future__ import annotations
 
-import base64
 import json
 import shutil
-import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,41 +20,7 @@ from pipeline.cli import main
 from pipeline.gdbm_import import import_gdbm, iter_gdbm, legacy_bytes, synthetic_uidl_id
 from pipeline.importers import import_maildir
 from pipeline.store import MessageStore
-
-
-def _have_gnu() -> bool:
-    try:
-        import dbm.gnu  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def make_gdbm(path: Path, records: Sequence[tuple[bytes, bytes]]) -> Path:
-    """A real GDBM file holding ``records`` (key bytes, value bytes as stored)."""
-    if _have_gnu():
-        import dbm.gnu
-
-        with dbm.gnu.open(str(path), "n") as db:
-            for k, v in records:
-                db[k] = v
-        return path
-    tool = shutil.which("gdbm_load")
-    if tool is None:
-        pytest.skip("neither dbm.gnu nor gdbm_load: apt-get install gdbmtool (.ci/run does)")
-    lines = ["# GDBM dump file created by mailledger's tests", "#:version=1.1",
-             "#:format=standard", "# End of header"]  # fmt: skip
-    for k, v in records:
-        for datum in (k, v):
-            b64 = base64.b64encode(datum).decode()
-            lines.append(f"#:len={len(datum)}")
-            lines.extend([b64[i : i + 76] for i in range(0, len(b64), 76)] or [""])
-    lines += [f"#:count={len(records)}", "# End of data"]
-    dump = path.with_suffix(".dump")
-    dump.write_text("\n".join(lines) + "\n")
-    subprocess.run([tool, str(dump), str(path)], check=True, capture_output=True)
-    dump.unlink()
-    return path
+from testkit.gdbm import have_gnu, make_gdbm
 
 
 def as_old_program_stored(raw: bytes) -> bytes:
@@ -198,7 +162,7 @@ def test_cli_import_gdbm(legacy: Path, tmp_path: Path, capsys: pytest.CaptureFix
 def test_not_a_gdbm_file_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    if not _have_gnu() and shutil.which("gdbm_dump") is None:
+    if not have_gnu() and shutil.which("gdbm_dump") is None:
         pytest.skip("no GDBM reader here")
     bogus = tmp_path / "not.gdbm"
     bogus.write_bytes(b"From: x\r\n\r\nan mbox, perhaps\r\n")

@@ -19,7 +19,6 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_event_log import any_event
 
 from stores.events import (
     SCHEMA,
@@ -34,6 +33,7 @@ from stores.events import (
     events_to_table,
 )
 from stores.log import EventLog, legacy_table_digest, table_digest
+from testkit.strategies import any_event
 
 T0 = datetime(2026, 6, 26, 9, 30, 15, 123456, tzinfo=UTC)
 

@@ -294,16 +294,15 @@ def test_import_mbox_counts_the_bytes_of_the_file_message_by_message(store: Mess
 
 
 def test_import_gdbm_counts_its_records(store: MessageStore, tmp_path: Path) -> None:
-    from test_gdbm_import import _have_gnu, make_gdbm
-
     from pipeline.gdbm_import import import_gdbm
+    from testkit.gdbm import have_gnu, make_gdbm
 
     path = make_gdbm(tmp_path / "mail.gdbm", [(f"u{i}".encode(), _message(i)) for i in range(7)])
     rec = Recorder()
     counts = import_gdbm(store, path, progress=rec)
     assert counts.new_messages == 7
     # the total where dbm.gnu counts the records; through gdbm_dump, the rate alone
-    total = 7 if _have_gnu() else None
+    total = 7 if have_gnu() else None
     assert [c[2] for c in rec.calls if c[1] == "start"] == [(total, "import gdbm", "msg")]
     assert [n for _, k, n in rec.calls if k == "advance"] == [1] * 7
 

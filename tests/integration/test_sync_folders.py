@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_sync_imap import Env
 
 from pipeline import imap
 from pipeline.imap import FolderInfo
 from pipeline.parse import parse_message
 from pipeline.store import MessageStore
 from stores.events import CursorMoved, Event, LocationVanished
+from testkit.cli import SyncEnv
 from testkit.faultproxy import Fault, FaultProxy
 
 pytestmark = pytest.mark.usefixtures("dovecot")
@@ -41,7 +41,7 @@ def _folders(report: dict[str, Any], account: str) -> dict[str, dict[str, Any]]:
     return report["accounts"][account]["folders"]  # type: ignore[no-any-return]
 
 
-def _where(env: Env) -> list[tuple[str, int, int, str]]:
+def _where(env: SyncEnv) -> list[tuple[str, int, int, str]]:
     """(folder, uidvalidity, uid, message_id) of every location still present."""
     with env.open() as s:
         rows = s.query(
@@ -51,7 +51,7 @@ def _where(env: Env) -> list[tuple[str, int, int, str]]:
     return [(r["folder"], r["uidvalidity"], r["uid"], r["message_id"]) for r in rows]
 
 
-def _vanished(env: Env) -> list[tuple[str, int, int]]:
+def _vanished(env: SyncEnv) -> list[tuple[str, int, int]]:
     with env.open() as s:
         rows = s.query(
             "SELECT folder, uidvalidity, uid FROM locations WHERE vanished ORDER BY ALL"
@@ -69,7 +69,7 @@ def test_a_folder_named_by_name_is_synced_whatever_its_special_use(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     user = imap_user("fastmail")  # its Trash is \Trash, a default exclude
-    env = Env(tmp_path, dovecot, {"fastmail": {"folders": ["Sent", "Trash"]}})
+    env = SyncEnv(tmp_path, dovecot, {"fastmail": {"folders": ["Sent", "Trash"]}})
     user.save("Sent", _msg(1, "sent"))
     user.save("Trash", _msg(2, "trash"))
     code, report = env.sync("--apply", capsys=capsys)
@@ -92,13 +92,13 @@ def test_the_default_scope_takes_every_folder_but_junk_trash_and_drafts(
     user = imap_user("fastmail")
     for i, folder in enumerate(["INBOX", "Archive", "Sent", "Trash", "Spam", "Drafts"]):
         user.save(folder, _msg(i, folder.lower()))
-    env = Env(tmp_path, dovecot, {"fastmail": {}})
+    env = SyncEnv(tmp_path, dovecot, {"fastmail": {}})
     code, report = env.sync("--apply", capsys=capsys)
     assert code == 0, report
     assert sorted(_folders(report, "fastmail")) == ["Archive", "INBOX", "Sent"]
 
     (tmp_path / "named").mkdir()
-    env = Env(tmp_path / "named", dovecot, {"fastmail": {"folders": ["*", "Trash"]}})
+    env = SyncEnv(tmp_path / "named", dovecot, {"fastmail": {"folders": ["*", "Trash"]}})
     code, report = env.sync("--apply", capsys=capsys)
     assert code == 0, report
     assert sorted(_folders(report, "fastmail")) == ["Archive", "INBOX", "Sent", "Trash"]
@@ -136,7 +136,7 @@ def test_a_special_use_entry_matching_no_folder_is_a_folder_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     user = imap_user("gmail")  # has \Sent ([Gmail]/Wysłane), no \Archive
-    env = Env(tmp_path, dovecot, {"gmail": {"folders": ["INBOX", "\\Sent", "\\Archive"]}})
+    env = SyncEnv(tmp_path, dovecot, {"gmail": {"folders": ["INBOX", "\\Sent", "\\Archive"]}})
     user.save("INBOX", _msg(1, "inbox"))
     user.save("[Gmail]/Wysłane", _msg(2, "sent"))
     code, report = env.sync("--apply", capsys=capsys)
@@ -164,7 +164,7 @@ def test_a_uidvalidity_change_marks_the_old_locations_vanished(
 ) -> None:
     """The sync that sees the change marks them: the old UIDs name nothing now."""
     user = imap_user("fastmail")
-    env = Env(tmp_path, dovecot, {"fastmail": {"folders": ["INBOX", "\\Archive"]}})
+    env = SyncEnv(tmp_path, dovecot, {"fastmail": {"folders": ["INBOX", "\\Archive"]}})
     for i in range(4):
         user.save("INBOX", _msg(i, "inbox"))
     user.save("Archive", _msg(9, "archive"))
@@ -215,7 +215,7 @@ def test_reconcile_marks_a_renamed_folders_old_locations_vanished(
     user = imap_user("fastmail")
     _projects(user)
     user.save("INBOX", _msg(1, "inbox"))
-    env = Env(tmp_path, dovecot, {"fastmail": {}})  # every folder
+    env = SyncEnv(tmp_path, dovecot, {"fastmail": {}})  # every folder
     code, report = env.sync("--apply", capsys=capsys)
     assert code == 0 and _folders(report, "fastmail")["Projects"]["bodies"] == 3
     _rename(user, "Projects", "Projects 2025")
@@ -248,7 +248,7 @@ def test_reconcile_marks_a_named_folder_gone_from_the_server_and_says_so(
 ) -> None:
     user = imap_user("fastmail")
     _projects(user)
-    env = Env(tmp_path, dovecot, {"fastmail": {"folders": ["INBOX", "Projects"]}})
+    env = SyncEnv(tmp_path, dovecot, {"fastmail": {"folders": ["INBOX", "Projects"]}})
     env.sync("--apply", capsys=capsys)
     with user.imap() as c:
         c.delete_folder("Projects")
@@ -269,7 +269,7 @@ def test_a_dry_run_reconcile_counts_a_gone_folder_and_writes_nothing(
 ) -> None:
     user = imap_user("fastmail")
     _projects(user)
-    env = Env(tmp_path, dovecot, {"fastmail": {}})
+    env = SyncEnv(tmp_path, dovecot, {"fastmail": {}})
     env.sync("--apply", capsys=capsys)
     _rename(user, "Projects", "Old projects")
     code, report = env.sync("--reconcile", capsys=capsys)
@@ -286,7 +286,7 @@ def test_a_failed_list_never_marks_a_folder_gone(
     user = imap_user("fastmail")
     _projects(user)
     with FaultProxy(("127.0.0.1", dovecot.imap_port)) as proxy:
-        env = Env(tmp_path, dovecot, {"fastmail": {"port": proxy.port}})
+        env = SyncEnv(tmp_path, dovecot, {"fastmail": {"port": proxy.port}})
         env.sync("--apply", capsys=capsys)
         _rename(user, "Projects", "Elsewhere")
         proxy.schedule([Fault("drop", conn=None, on_command="LIST")])

@@ -23,6 +23,7 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.store import MessageStore
+from testkit.cli import SyncEnv
 
 pytestmark = pytest.mark.usefixtures("dovecot")
 
@@ -36,44 +37,12 @@ def _msg(i: int, *, domain: str = "sync.example", body: str = "", subject: str =
     ).encode()
 
 
-class Env:
-    """A config file for some Dovecot users, a store, and a way to run the CLI."""
-
-    def __init__(self, tmp: Path, dovecot: Any, users: dict[str, dict[str, object]]) -> None:
-        self.dv = dovecot
-        self.store = tmp / "store"
-        self.config = tmp / "config.toml"
-        self.metrics = tmp / "metrics.prom"
-        self.config.write_text("\n".join(dovecot.account_toml(u, **kw) for u, kw in users.items()))
-        self.env = {**dovecot.password_env(), "HOME": str(tmp)}
-
-    def sync(self, *args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
-        code = main(
-            [
-                "--store",
-                str(self.store),
-                "sync",
-                "--config",
-                str(self.config),
-                "--json",
-                "--metrics-file",
-                str(self.metrics),
-                *args,
-            ],
-            env=self.env,
-        )
-        out, err = capsys.readouterr()
-        assert out.strip(), f"exit {code}, no JSON report; stderr:\n{err}"
-        return code, json.loads(out)
-
-    def open(self) -> MessageStore:
-        return MessageStore.open(self.store, create=False)
-
-
 @pytest.fixture
-def fastmail(imap_user: Callable[[str], Any], dovecot: Any, tmp_path: Path) -> tuple[Any, Env]:
+def fastmail(imap_user: Callable[[str], Any], dovecot: Any, tmp_path: Path) -> tuple[Any, SyncEnv]:
     user = imap_user("fastmail")
-    return user, Env(tmp_path, dovecot, {"fastmail": {"folders": ["INBOX", "\\Archive", "\\Sent"]}})
+    return user, SyncEnv(
+        tmp_path, dovecot, {"fastmail": {"folders": ["INBOX", "\\Archive", "\\Sent"]}}
+    )
 
 
 def _folder(report: dict[str, Any], account: str, folder: str) -> dict[str, Any]:
@@ -81,7 +50,7 @@ def _folder(report: dict[str, Any], account: str, folder: str) -> dict[str, Any]
 
 
 def test_dry_run_is_the_default_and_writes_nothing(
-    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+    fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
 ) -> None:
     user, env = fastmail
     for i in range(3):
@@ -96,7 +65,7 @@ def test_dry_run_is_the_default_and_writes_nothing(
 
 
 def test_measure_prints_status_and_touches_no_store(
-    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+    fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
 ) -> None:
     user, env = fastmail
     user.save("INBOX", _msg(1))
@@ -107,7 +76,7 @@ def test_measure_prints_status_and_touches_no_store(
 
 
 def test_full_then_idle_second_run_fetches_no_body_on_the_wire(
-    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+    fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
 ) -> None:
     user, env = fastmail
     for i in range(5):
@@ -131,7 +100,9 @@ def test_full_then_idle_second_run_fetches_no_body_on_the_wire(
 
 
 def test_an_idle_sync_reads_the_projections_only_as_it_must_and_never_writes_them(
-    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    fastmail: tuple[Any, SyncEnv],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # a cron job's idle sync holds the projection file per question it asks: it
     # takes no write hold (that waits for every other reader) and does not ask
@@ -163,7 +134,7 @@ def test_an_idle_sync_reads_the_projections_only_as_it_must_and_never_writes_the
 
 
 def test_uid_star_trap_cursor_at_highest_uid_reports_zero_new(
-    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+    fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
 ) -> None:
     user, env = fastmail
     for i in range(3):
@@ -182,7 +153,7 @@ def test_uid_star_trap_cursor_at_highest_uid_reports_zero_new(
 
 
 def test_one_delivered_message_costs_exactly_one_body(
-    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+    fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
 ) -> None:
     user, env = fastmail
     for i in range(4):
@@ -206,7 +177,7 @@ def test_initial_new_only_records_uidnext_and_fetches_nothing(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     user = imap_user("fastmail")
-    env = Env(tmp_path, dovecot, {"fastmail": {"folders": ["INBOX"], "initial": "new-only"}})
+    env = SyncEnv(tmp_path, dovecot, {"fastmail": {"folders": ["INBOX"], "initial": "new-only"}})
     for i in range(3):
         user.save("INBOX", _msg(i))
     mark = dovecot.log_mark()
@@ -228,7 +199,7 @@ def test_initial_since_uses_server_internaldate(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     user = imap_user("fastmail")
-    env = Env(
+    env = SyncEnv(
         tmp_path, dovecot, {"fastmail": {"folders": ["INBOX"], "initial": "since:2026-06-01"}}
     )
     user.save("INBOX", _msg(1), when=datetime(2026, 5, 1, tzinfo=UTC))
@@ -242,7 +213,7 @@ def test_initial_since_uses_server_internaldate(
 
 
 def test_uidvalidity_change_alarms_rescans_and_downloads_no_known_body(
-    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+    fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
 ) -> None:
     user, env = fastmail
     for i in range(4):
@@ -275,7 +246,7 @@ def test_uidnext_below_cursor_is_a_folder_error_and_the_cursor_stays(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     user = imap_user("fastmail")
-    env = Env(tmp_path, dovecot, {"fastmail": {"folders": ["INBOX", "\\Archive"]}})
+    env = SyncEnv(tmp_path, dovecot, {"fastmail": {"folders": ["INBOX", "\\Archive"]}})
     for i in range(3):
         user.save("INBOX", _msg(i))
     env.sync("--apply", capsys=capsys)
@@ -308,7 +279,7 @@ def test_moved_message_and_same_message_in_two_accounts_cost_an_envelope(
 ) -> None:
     fm = imap_user("fastmail")
     gm = imap_user("gmail")
-    env = Env(
+    env = SyncEnv(
         tmp_path,
         dovecot,
         {
@@ -343,7 +314,7 @@ def test_moved_message_and_same_message_in_two_accounts_cost_an_envelope(
 
 
 @contextlib.contextmanager
-def _unreadable_on_server(env: Env, message_id: str) -> Iterator[None]:
+def _unreadable_on_server(env: SyncEnv, message_id: str) -> Iterator[None]:
     """Within the block, Dovecot fails the FETCH of the fastmail INBOX message
     ``message_id``: its file is unreadable to the server."""
     md = env.dv.maildir("fastmail", "INBOX")
@@ -357,7 +328,7 @@ def _unreadable_on_server(env: Env, message_id: str) -> Iterator[None]:
 
 
 def test_failing_message_stalls_the_cursor_but_later_ones_are_stored(
-    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+    fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
 ) -> None:
     user, env = fastmail
     for i in range(5):
@@ -381,7 +352,7 @@ _MANY = 450
 
 
 def test_a_large_folder_is_fetched_by_the_workers_each_body_once(
-    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+    fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
 ) -> None:
     user, env = fastmail
     user.bulk_maildir("INBOX", [_msg(i, body="x" * (i % 700)) for i in range(_MANY)])
@@ -409,7 +380,7 @@ def test_a_large_folder_is_fetched_by_the_workers_each_body_once(
 
 
 def test_a_failing_message_fetched_by_a_worker_stalls_the_cursor_before_it(
-    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+    fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
 ) -> None:
     user, env = fastmail
     user.bulk_maildir("INBOX", [_msg(i) for i in range(_MANY)])
@@ -442,7 +413,7 @@ def test_wrong_password_fails_that_account_only(
 ) -> None:
     fm = imap_user("fastmail")
     imap_user("gmail")
-    env = Env(
+    env = SyncEnv(
         tmp_path, dovecot, {"fastmail": {"folders": ["INBOX"]}, "gmail": {"folders": ["\\All"]}}
     )
     env.env["MAILLEDGER_TEST_GMAIL_PASSWORD"] = "wrong"
@@ -455,7 +426,7 @@ def test_wrong_password_fails_that_account_only(
 
 
 def test_limit_takes_n_per_folder_and_the_rest_next_run(
-    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+    fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
 ) -> None:
     user, env = fastmail
     for i in range(7):
@@ -469,7 +440,7 @@ def test_limit_takes_n_per_folder_and_the_rest_next_run(
 
 
 def test_reconcile_records_vanished_and_keeps_the_message(
-    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+    fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
 ) -> None:
     user, env = fastmail
     for i in range(3):
@@ -486,7 +457,7 @@ def test_reconcile_records_vanished_and_keeps_the_message(
 
 
 def test_sync_never_sets_seen_on_the_server(
-    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+    fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
 ) -> None:
     user, env = fastmail
     for i in range(3):
@@ -500,7 +471,7 @@ def test_sync_never_sets_seen_on_the_server(
 
 
 def test_cursor_log_explains_every_move(
-    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+    fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
 ) -> None:
     user, env = fastmail
     user.save("INBOX", _msg(1))
@@ -516,7 +487,7 @@ def test_cursor_log_explains_every_move(
 
 
 def test_metrics_textfile_carries_last_success_across_a_failure(
-    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str]
+    fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
 ) -> None:
     user, env = fastmail
     user.save("INBOX", _msg(1))
@@ -533,7 +504,7 @@ def test_metrics_textfile_carries_last_success_across_a_failure(
 
 
 def test_kill_9_mid_folder_leaves_cursor_behind_data_and_rerun_stores_each_once(
-    fastmail: tuple[Any, Env], tmp_path: Path
+    fastmail: tuple[Any, SyncEnv], tmp_path: Path
 ) -> None:
     user, env = fastmail
     big = "lorem ipsum dolor sit amet " * 400
@@ -574,7 +545,7 @@ def test_kill_9_mid_folder_leaves_cursor_behind_data_and_rerun_stores_each_once(
 
 
 def test_watch_wakes_on_idle_and_stops_cleanly_on_sigterm(
-    fastmail: tuple[Any, Env], tmp_path: Path
+    fastmail: tuple[Any, SyncEnv], tmp_path: Path
 ) -> None:
     user, env = fastmail
     user.save("INBOX", _msg(1))
@@ -623,7 +594,7 @@ def test_watch_wakes_on_idle_and_stops_cleanly_on_sigterm(
 
 @pytest.mark.parametrize("many", [False, True], ids=["in-process", "workers"])
 def test_internaldate_is_recorded_as_the_same_instant_whatever_the_local_timezone(
-    fastmail: tuple[Any, Env],
+    fastmail: tuple[Any, SyncEnv],
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
     many: bool,
