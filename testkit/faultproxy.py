@@ -58,6 +58,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from testkit.relay import Relay
+
 __all__ = ["FAULT_KINDS", "Fault", "FaultProxy", "Fired"]
 
 FaultKind = Literal[
@@ -406,30 +408,20 @@ class FaultProxy:
     bodies: int = 0  # full message bodies the server sent through the proxy
     body_bytes: int = 0
     _faults: tuple[Fault, ...] = ()
-    _sock: socket.socket | None = field(default=None, repr=False)
-    _thread: threading.Thread | None = field(default=None, repr=False)
+    _relay: Relay | None = field(default=None, repr=False)
     _workers: list[threading.Thread] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def start(self) -> FaultProxy:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, 0))
-        sock.listen(64)
-        sock.settimeout(0.1)
-        self._sock = sock
-        self.port = sock.getsockname()[1]
-        self._thread = threading.Thread(target=self._accept, name="faultproxy", daemon=True)
-        self._thread.start()
+        self._relay = Relay(self.upstream, self._connected, name="faultproxy", host=self.host)
+        self.port = self._relay.start().port
         return self
 
     def stop(self) -> None:
         self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(5)
-        if self._sock is not None:
-            self._sock.close()
+        if self._relay is not None:
+            self._relay.stop()
         for t in self._workers:
             t.join(5)
 
@@ -467,29 +459,15 @@ class FaultProxy:
             self.bodies += 1
             self.body_bytes += size
 
-    def _accept(self) -> None:
-        assert self._sock is not None
-        while not self._stopping.is_set():
-            try:
-                client, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            with self._lock:
-                index = self.connections
-                self.connections += 1
-                faults = self._faults
-            try:
-                upstream = socket.create_connection(self.upstream, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            for s in (client, upstream):
-                s.settimeout(None)
-                # unit-by-unit forwarding + Nagle + delayed ACKs would add 40 ms a reply
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = _Connection(self, index, client, upstream, faults)
-            t = threading.Thread(target=conn.run, name=f"faultproxy-{index}", daemon=True)
-            self._workers.append(t)
-            t.start()
+    def _connected(self, client: socket.socket, upstream: socket.socket) -> None:
+        with self._lock:
+            index = self.connections
+            self.connections += 1
+            faults = self._faults
+        for s in (client, upstream):
+            # unit-by-unit forwarding + Nagle + delayed ACKs would add 40 ms a reply
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = _Connection(self, index, client, upstream, faults)
+        t = threading.Thread(target=conn.run, name=f"faultproxy-{index}", daemon=True)
+        self._workers.append(t)
+        t.start()

@@ -16,6 +16,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from testkit.relay import Relay
+
 __all__ = ["CountingProxy", "Wire", "count_bodies"]
 
 _LITERAL = re.compile(rb"\{(\d+)\}\r\n")
@@ -70,41 +72,33 @@ class CountingProxy:
     port: int = 0
     _pipes: list[_Pipe] = field(default_factory=list)
     _threads: list[threading.Thread] = field(default_factory=list)
-    _sock: socket.socket | None = None
-    _stop: threading.Event = field(default_factory=threading.Event)
+    _relay: Relay | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> CountingProxy:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(32)
-        sock.settimeout(0.1)
-        self._sock = sock
-        self.port = sock.getsockname()[1]
-        t = threading.Thread(target=self._accept, name="interop-proxy", daemon=True)
-        t.start()
-        self._threads.append(t)
+        self._relay = Relay(
+            self.upstream, self._connected, name="interop-proxy", connect_timeout=10
+        )
+        self.port = self._relay.start().port
         return self
 
     def stop(self) -> None:
-        self._stop.set()
+        if self._relay is not None:
+            self._relay.stop()
         for t in self._threads:
             t.join(5)
-        if self._sock is not None:
-            self._sock.close()
 
     def take(self, settle: float = 5.0) -> Wire:
         """What crossed since the last ``take`` (waits for open connections to end)."""
         deadline = time.monotonic() + settle
         while time.monotonic() < deadline:
-            busy = [t for t in self._threads[1:] if t.is_alive()]
+            busy = [t for t in self._threads if t.is_alive()]
             if not busy:
                 break
             time.sleep(0.02)
         with self._lock:
             pipes, self._pipes = self._pipes, []
-            self._threads[1:] = [t for t in self._threads[1:] if t.is_alive()]
+            self._threads = [t for t in self._threads if t.is_alive()]
         counted = [count_bodies(bytes(p.s2c)) for p in pipes]
         return Wire(
             bytes_s2c=sum(len(p.s2c) for p in pipes),
@@ -114,34 +108,20 @@ class CountingProxy:
             connections=len(pipes),
         )
 
-    def _accept(self) -> None:
-        assert self._sock is not None
-        while not self._stop.is_set():
-            try:
-                client, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            try:
-                server = socket.create_connection(self.upstream, timeout=10)
-            except OSError:
-                client.close()
-                continue
-            pipe = _Pipe()
+    def _connected(self, client: socket.socket, server: socket.socket) -> None:
+        pipe = _Pipe()
+        with self._lock:
+            self._pipes.append(pipe)
+        for src, dst, s2c in ((server, client, True), (client, server, False)):
+            t = threading.Thread(
+                target=self._pump, args=(src, dst, pipe, s2c), name="interop-pump", daemon=True
+            )
+            t.start()
             with self._lock:
-                self._pipes.append(pipe)
-            for src, dst, s2c in ((server, client, True), (client, server, False)):
-                t = threading.Thread(
-                    target=self._pump, args=(src, dst, pipe, s2c), name="interop-pump", daemon=True
-                )
-                t.start()
-                with self._lock:
-                    self._threads.append(t)
+                self._threads.append(t)
 
     @staticmethod
     def _pump(src: socket.socket, dst: socket.socket, pipe: _Pipe, s2c: bool) -> None:
-        src.settimeout(None)
         try:
             while True:
                 data = src.recv(65536)
