@@ -75,6 +75,7 @@ __all__ = [
     "load_config",
     "load_store_settings",
     "resolve_secret",
+    "show_value",
     "tls_context",
 ]
 
@@ -256,7 +257,7 @@ def tls_context(account: Account) -> ssl.SSLContext | None:
     return ssl.create_default_context(cafile=str(account.ca_file) if account.ca_file else None)
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
     """A value as the user wrote it in TOML, for messages about non-secret keys."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -357,7 +358,7 @@ class _AccountReader:
             return default
         v = self.t[k]
         if not isinstance(v, str) or v not in options:
-            self.fail(k, f"must be one of {', '.join(options)}, got {_show(v)}")
+            self.fail(k, f"must be one of {', '.join(options)}, got {show_value(v)}")
             return None
         return v
 
@@ -368,7 +369,7 @@ class _AccountReader:
             return None
         v = self.t[k]
         if not isinstance(v, str) or not v.strip():
-            shown = "" if secret else f", got {_show(v)}"
+            shown = "" if secret else f", got {show_value(v)}"
             self.fail(k, f"must be a non-empty string{shown}")
             return None
         return v
@@ -376,7 +377,7 @@ class _AccountReader:
     def flag(self, k: str) -> bool:
         v = self.t.get(k, False)
         if not isinstance(v, bool):
-            self.fail(k, f"must be true or false, got {_show(v)}")
+            self.fail(k, f"must be true or false, got {show_value(v)}")
             return False
         return v
 
@@ -385,7 +386,7 @@ class _AccountReader:
             return default
         v = self.t[k]
         if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
-            self.fail(k, f"must be a list of folder names or \\Attributes, got {_show(v)}")
+            self.fail(k, f"must be a list of folder names or \\Attributes, got {show_value(v)}")
             return default
         out: list[str] = []
         for item in v:
@@ -394,7 +395,7 @@ class _AccountReader:
                 if canon is None:
                     self.fail(
                         k,
-                        f"unknown SPECIAL-USE attribute {_show(item)} "
+                        f"unknown SPECIAL-USE attribute {show_value(item)} "
                         f"(known: {' '.join(SPECIAL_USE)})",
                     )
                     continue
@@ -412,7 +413,7 @@ class _AccountReader:
         tls = self.choice("tls", ("implicit", "starttls", "none"), "implicit")
         host = self.text("host", required=True)
         if host is not None and any(c.isspace() for c in host):
-            self.fail("host", f"must be a host name or address, got {_show(host)}")
+            self.fail("host", f"must be a host name or address, got {show_value(host)}")
         username = self.text("username", required=True)
         insecure = self.flag("insecure")
         auth = self.choice("auth", ("password", "xoauth2"), "password")
@@ -421,7 +422,7 @@ class _AccountReader:
         if port is None:
             port = _DEFAULT_PORTS.get((type_ or "", tls or ""), 0)
         elif isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            self.fail("port", f"must be an integer 1-65535, got {_show(port)}")
+            self.fail("port", f"must be an integer 1-65535, got {show_value(port)}")
 
         ca_file: Path | None = None
         raw_ca = self.text("ca_file", required=False)
@@ -441,7 +442,7 @@ class _AccountReader:
             )
         if password_env is not None and not _ENV_NAME.match(password_env):
             self.fail(
-                "password_env", f"must name an environment variable, got {_show(password_env)}"
+                "password_env", f"must name an environment variable, got {show_value(password_env)}"
             )
         if password_command is not None:
             import shlex
@@ -470,7 +471,8 @@ class _AccountReader:
                 initial = InitialMode.parse(raw)
             except ValueError:
                 self.fail(
-                    "initial", f'must be "full", "new-only" or "since:YYYY-MM-DD", got {_show(raw)}'
+                    "initial",
+                    f'must be "full", "new-only" or "since:YYYY-MM-DD", got {show_value(raw)}',
                 )
 
         delete_after = self.choice("delete_after", ("never", "stored"), "never")
@@ -480,7 +482,7 @@ class _AccountReader:
             or not isinstance(timeout, int | float)
             or not (0 < timeout <= 3600)
         ):
-            self.fail("timeout", f"must be seconds, 0 < timeout <= 3600, got {_show(timeout)}")
+            self.fail("timeout", f"must be seconds, 0 < timeout <= 3600, got {show_value(timeout)}")
             timeout = 60.0
         folders: tuple[str, ...] = ("INBOX",)
         exclude: tuple[str, ...] = ()
@@ -528,14 +530,14 @@ def _optional_path(
     if table is None:
         return None
     if not isinstance(table, dict):
-        problems.add(section, f"must be a table ([{section}]), got {_show(table)}")
+        problems.add(section, f"must be a table ([{section}]), got {show_value(table)}")
         return None
     problems.unknown_keys(table, (key, *_ALSO_KEYS.get(section, ())), section)
     if key not in table:
         return None
     raw = table[key]
     if not isinstance(raw, str) or not raw.strip():
-        problems.add(f"{section}.{key}", f"must be a non-empty path, got {_show(raw)}")
+        problems.add(f"{section}.{key}", f"must be a non-empty path, got {show_value(raw)}")
         return None
     return _resolve_path(raw, base, env)
 
@@ -553,7 +555,7 @@ def _store_memory(problems: _Problems, table: Any) -> int | None:
     raw = table["memory"]
     try:
         if not isinstance(raw, str | int) or isinstance(raw, bool):
-            raise ValueError(f'must be a size such as "1GiB", got {_show(raw)}')
+            raise ValueError(f'must be a size such as "1GiB", got {show_value(raw)}')
         return parse_size(str(raw))
     except ValueError as exc:
         problems.add("store.memory", str(exc))
@@ -589,7 +591,7 @@ def load_config(path: Path, env: Mapping[str, str]) -> Config:
                 )
                 continue
             if not isinstance(table, dict):
-                problems.add(f"accounts.{name}", f"must be a table, got {_show(table)}")
+                problems.add(f"accounts.{name}", f"must be a table, got {show_value(table)}")
                 continue
             account = _AccountReader(name, table, problems, base, env).build(path)
             if account is not None:
@@ -602,7 +604,7 @@ def load_config(path: Path, env: Mapping[str, str]) -> Config:
     metrics_file = _optional_path(problems, doc.get("metrics"), "metrics", "file", base, env)
     dispatch = doc.get("dispatch", {})
     if not isinstance(dispatch, dict):
-        problems.add("dispatch", f"must be a table ([dispatch]), got {_show(dispatch)}")
+        problems.add("dispatch", f"must be a table ([dispatch]), got {show_value(dispatch)}")
         dispatch = {}
 
     problems.raise_if_any()

@@ -59,6 +59,7 @@ from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
+from pipeline.config import show_value
 from pipeline.store import MessageStore
 from projections.normalize import normalize_msgid
 from stores.errors import ConfigError, MailledgerError
@@ -128,10 +129,6 @@ class DispatchConfig:
         return "dispatch.default"
 
 
-def _show(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
-
-
 def parse_dispatch(
     raw: Mapping[str, Any], config_file: Path | None, env: Mapping[str, str] | None = None
 ) -> DispatchConfig:
@@ -145,7 +142,7 @@ def parse_dispatch(
     def spec(key: str, value: Any) -> str | None:
         if not isinstance(value, str) or not _HANDLER_SPEC.match(value.strip()):
             example = '"handlers.jobs:process"'
-            bad(key, f"must be module:function (e.g. {example}), got {_show(value)}")
+            bad(key, f"must be module:function (e.g. {example}), got {show_value(value)}")
             return None
         return value.strip()
 
@@ -163,7 +160,7 @@ def parse_dispatch(
     for i, r in enumerate(raw_routes):
         key = f"dispatch.routes[{i}]"
         if not isinstance(r, dict):
-            bad(key, f"must be a table with to and handler, got {_show(r)}")
+            bad(key, f"must be a table with to and handler, got {show_value(r)}")
             continue
         for k in r:
             if k not in _ROUTE_KEYS:
@@ -179,7 +176,7 @@ def parse_dispatch(
             if not isinstance(item, str) or not item.strip() or any(c.isspace() for c in item):
                 bad(
                     f"{key}.to",
-                    f"must be an address or glob (or a list of them), got {_show(to)}",
+                    f"must be an address or glob (or a list of them), got {show_value(to)}",
                 )
                 break
             patterns.append(item.strip().lower())
@@ -195,7 +192,7 @@ def parse_dispatch(
     if isinstance(raw_paths, str):
         raw_paths = [raw_paths]
     if not isinstance(raw_paths, list) or not all(isinstance(p, str) and p for p in raw_paths):
-        bad("dispatch.import_path", f"must be a list of directories, got {_show(raw_paths)}")
+        bad("dispatch.import_path", f"must be a list of directories, got {show_value(raw_paths)}")
         raw_paths = []
     home = (env or {}).get("HOME") or str(Path.home())
     for p in raw_paths:
