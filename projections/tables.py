@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 import duckdb
 
 from stores.events import SCHEMA
@@ -18,6 +21,8 @@ __all__ = [
     "fingerprint",
     "missing_indexes",
 ]
+
+log = logging.getLogger("mailledger.projections")
 
 # Bump when a table's shape or a fold's rule changes; a store whose projections
 # carry another version is rebuilt by replay (projections are disposable).
@@ -185,7 +190,9 @@ def create_indexes(con: duckdb.DuckDBPyConnection, table: str | None = None) -> 
     for name, target in _INDEXES.items():
         if table is None or target.startswith(f"{table}("):
             try:
+                start = time.perf_counter()
                 con.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {target}")
+                log.debug("index %s %.2f s", name, time.perf_counter() - start)
             except duckdb.OutOfMemoryException:
                 missing.append(name)
     return missing

@@ -578,6 +578,37 @@ def test_a_log_file_duckdb_cannot_read_is_read_from_the_chunks_instead(tmp_path:
     assert_same_tables(con, want, "after a failed read of the files")
 
 
+def test_a_log_file_gone_after_the_rebuild_began_is_read_from_the_chunks_instead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The builders read the log's files where they lie: a file gone midway (a
+    compaction replaced it after the first read) fails a builder's read; the
+    rebuild starts over from the events handed over, and gives the same tables."""
+    import projections.fold as fold
+
+    store = _populated_store(tmp_path / "store")
+    store.close()
+    log = EventLog(tmp_path / "store" / "log")
+    want = replay(log.root)
+    chunks = [log.read()]
+    files = [tmp_path / f.path.name for f in log.files()]
+    for f, copy in zip(log.files(), files, strict=True):
+        copy.write_bytes(f.path.read_bytes())
+    real = fold._stage_files
+
+    def then_gone(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> int | None:
+        last = real(con, paths)
+        assert last is not None  # (read once: the files were there)
+        files[-1].unlink()
+        return last
+
+    monkeypatch.setattr(fold, "_stage_files", then_gone)
+    con = duckdb.connect()
+    assert rebuild(con, chunks, files=files) == log.last_seq() > 0
+    assert "failed to read" in caplog.text  # (the builders did meet the gone file)
+    assert_same_tables(con, want, "after a file went midway")
+
+
 def test_a_damaged_log_file_fails_the_rebuild_with_its_name(tmp_path: Path) -> None:
     from stores.errors import LogIntegrityError
 
