@@ -328,6 +328,11 @@ class Ingest:
         # store was empty when the run first looked), else None: see ``_alone``
         self._own_upto: int | None = None
         self._started = False
+        # ids the store was seen not to hold (``absent``) while its log ended at
+        # ``_absent_upto``; kept up to date by this run's own commits, dropped at
+        # another writer's
+        self._absent: set[str] = set()
+        self._absent_upto = 0
 
     def error(self, where: str, reason: str) -> None:
         """Count a message that could not be read at all (it is named, never dropped quietly)."""
@@ -411,13 +416,31 @@ class Ingest:
         Another writer's commit ends it for the rest of the run (lookups as before)."""
         return self._start_alone() and self.store.log.last_seq() == self._own_upto
 
+    def absent(self, ids: Iterable[str], upto: int | None) -> None:
+        """``ids`` the store holds no message of, as its projections said when they
+        held the log up to seq ``upto`` (None: not known, nothing is assumed): this
+        run's lookups skip them while every event committed since is its own. A
+        sync asks about all its envelopes at once (one scan); asking again per
+        batch probed the index on ``messages.message_id`` ten times for 10,000
+        messages into 1,000,000 (0.2-0.8 s and 64 MiB of index each)."""
+        if upto is None:
+            return
+        self._absent = set(ids)
+        self._absent_upto = upto
+
     def _committed(self, table: pa.Table) -> None:
-        """Follow the seqs this run commits (see ``_alone``)."""
-        if self._own_upto is None or not table.num_rows:
+        """Follow the seqs this run commits (see ``_alone`` and ``absent``)."""
+        if not table.num_rows:
             return
         seqs = table.column("seq")
         first, last = seqs[0].as_py(), seqs[-1].as_py()
-        self._own_upto = last if first == self._own_upto + 1 else None
+        if self._absent:
+            if first == self._absent_upto + 1:
+                self._absent_upto = last
+            else:
+                self._absent = set()  # another writer's events came between
+        if self._own_upto is not None:
+            self._own_upto = last if first == self._own_upto + 1 else None
 
     @property
     def blobs_root(self) -> str:
@@ -600,7 +623,9 @@ class Ingest:
         """Learn, for ids and places this run has not met yet, which source owns
         each id and which (place, sha) keys of this source are on record: probed
         through the indexes, so a batch reads what it touches, not the store."""
-        new_ids = sorted({i for i in ids if i not in self._owners})
+        if self._absent and self.store.log.last_seq() != self._absent_upto:
+            self._absent = set()  # another writer has committed since: ask again
+        new_ids = sorted({i for i in ids if i not in self._owners and i not in self._absent})
         new_places = sorted({p for p in places if p not in self._places}, key=repr)
         if not new_ids and not new_places:
             return
