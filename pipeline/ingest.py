@@ -188,19 +188,32 @@ class _Done:
         return self._value
 
 
+# The locations of a source whose message is no longer stored. With few of them
+# (a new account, a small one) the ids they name are looked up among the stored
+# ones (a semi join built on those few); an anti join with ``messages`` would
+# build its hash table on every stored id: into 1,000,000 messages, for a source
+# with no location at all, 0.68 s and 145 MiB (the few: 0.02 s, 2 MiB). With many
+# (1,000,000 locations) the anti join is the cheaper of the two (2.4 s against 3.1 s).
+_DELETED_MANY = (
+    "SELECT folder, uidvalidity, uid, uidl, sha256 FROM locations l WHERE source = ?"
+    " AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.message_id = l.message_id)"
+)
+_DELETED_FEW = (
+    "WITH l AS (SELECT folder, uidvalidity, uid, uidl, sha256, message_id FROM locations"
+    " WHERE source = ?) SELECT folder, uidvalidity, uid, uidl, sha256 FROM l"
+    " WHERE message_id NOT IN"
+    " (SELECT message_id FROM messages WHERE message_id IN (SELECT message_id FROM l))"
+)
+_FEW_PLACES = 100_000
+
+
 @_uses_db
 def _deleted_contents(store: MessageStore, source: str) -> dict[tuple[Any, ...], set[str]]:
     """(folder, uidvalidity, uid, uidl) -> sha256s on record at that location of
     ``source`` for a message no longer stored (deleted, perhaps purged)."""
-    rows = (
-        store._reader(stale_ok=True)
-        .execute(
-            "SELECT folder, uidvalidity, uid, uidl, sha256 FROM locations l WHERE source = ?"
-            " AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.message_id = l.message_id)",
-            [source],
-        )
-        .fetchall()
-    )
+    con = store._reader(stale_ok=True)
+    (n,) = con.execute("SELECT count(*) FROM locations WHERE source = ?", [source]).fetchall()[0]
+    rows = con.execute(_DELETED_FEW if n <= _FEW_PLACES else _DELETED_MANY, [source]).fetchall()
     out: dict[tuple[Any, ...], set[str]] = {}
     for folder, uidvalidity, uid, uidl, sha in rows:
         out.setdefault((folder, uidvalidity, uid, uidl), set()).add(sha)

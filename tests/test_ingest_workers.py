@@ -431,3 +431,26 @@ def test_ids_seen_absent_are_not_asked_again_until_another_writer_commits(
         c = ingest.counts
         assert c.balanced and (c.new_messages, c.conflicts_other_source) == (5, 1)
         assert st.verify() == []
+
+
+@pytest.mark.parametrize("few", [10**9, 0], ids=["semi-join", "anti-join"])
+def test_the_deleted_contents_of_a_source_are_read_either_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, few: int
+) -> None:
+    """A source's locations whose message is no longer stored, read by the query for
+    a few locations or by the one for many; another source's are not."""
+    monkeypatch.setattr(ingest_mod, "_FEW_PLACES", few)
+    root = _erasable(tmp_path)
+    with _open(tmp_path / "store") as st:
+        import_maildir(st, root)
+        sha = st.get("secret@x")["sha256"]  # type: ignore[index]
+        st.add("u1", _msg("other@x", "other"), source="other")
+        (source,) = {r["source"] for r in st.query("SELECT source FROM locations").to_pylist()} - {
+            "other"
+        }
+        assert ingest_mod._deleted_contents(st, source) == {}
+        st.delete("secret@x")
+        st.delete("other@x")
+        got = ingest_mod._deleted_contents(st, source)
+        assert sorted(got.values(), key=repr) == [{sha}, {sha}] and len(got) == 2
+        assert ingest_mod._deleted_contents(st, "nobody") == {}
