@@ -625,13 +625,28 @@ def _register_table(con: duckdb.DuckDBPyConnection, name: str, rows: pa.Table) -
         con.unregister("_rows")
 
 
-# A fold probes the indexes for up to this many keys (in statements of
-# INDEX_KEYS_MAX literals) rather than scan the table: its COMMIT loads the index
-# whole anyway (random keys touch every part of it), where a scan of a large table
-# adds its columns to DuckDB's buffer pool. Into 1,000,000 messages, 10,000 ids
-# scanned from ``messages`` took 1.0 s and 259 MiB of the pool; ``thread_nodes``
-# added 71 MiB more.
+# A fold probes the indexes of a large table for up to this many keys (in
+# statements of INDEX_KEYS_MAX literals) rather than scan it: its COMMIT loads the
+# index whole anyway (random keys touch every part of it), where a scan adds the
+# table's columns to DuckDB's buffer pool. Into 1,000,000 messages, 10,000 ids
+# scanned from ``messages`` took 1.0 s and 259 MiB of the pool, ``thread_nodes``
+# 71 MiB more: the fold's peak RSS 692-702 -> 625-635 MiB, its wall +0.8-1.4 s.
+# A table of fewer than _PROBE_RATIO rows a key is scanned: a 10k sync into an
+# empty store spent 2-7 s (under load) in the probes of its second fold.
 _PROBE_MAX = 20_000
+_PROBE_RATIO = 50
+
+
+def _probe_worth(con: duckdb.DuckDBPyConnection, table: str, keys: int) -> bool:
+    """Whether ``keys`` (more than one statement's literals) are probed in chunks."""
+    if keys > _PROBE_MAX:
+        return False
+    rows = con.execute(
+        "SELECT estimated_size FROM duckdb_tables()"
+        " WHERE database_name = current_database() AND table_name = ?",
+        [table],
+    ).fetchall()
+    return bool(rows) and rows[0][0] >= _PROBE_RATIO * keys
 
 
 def _probed(
@@ -641,9 +656,10 @@ def _probed(
     values: Sequence[Any],
     columns: str = "*",
 ) -> pa.Table:
-    """``rows_where_in``, its keys probed through the index in chunks when not too many."""
+    """``rows_where_in``, its keys probed through the index in chunks when that is
+    worth it (``_probe_worth``)."""
     keys = sorted(set(values))
-    if len(keys) <= INDEX_KEYS_MAX or len(keys) > _PROBE_MAX:
+    if len(keys) <= INDEX_KEYS_MAX or not _probe_worth(con, table, len(keys)):
         return rows_where_in(con, table, column, keys, columns)
     parts = [
         rows_where_in(con, table, column, keys[i : i + INDEX_KEYS_MAX], columns)
@@ -656,12 +672,13 @@ def _delete_where_in(
     con: duckdb.DuckDBPyConnection, table: str, column: str, values: Sequence[Any], source: str
 ) -> None:
     """Delete the rows of ``table`` whose ``column`` is in ``values`` (probed as
-    literals through the index, ``INDEX_KEYS_MAX`` at a time, when not too many:
-    see ``_PROBE_MAX``; else joined from ``source``, SQL that selects them)."""
+    literals through the index, ``INDEX_KEYS_MAX`` at a time, when few or when
+    ``_probe_worth``; else joined from ``source``, SQL that selects them)."""
     if not values:
         return
     keys = sorted(set(values))
-    if len(keys) <= _PROBE_MAX and sql_literals(keys) is not None:
+    few = len(keys) <= INDEX_KEYS_MAX or _probe_worth(con, table, len(keys))
+    if few and sql_literals(keys) is not None:
         for i in range(0, len(keys), INDEX_KEYS_MAX):
             listed = sql_literals(keys[i : i + INDEX_KEYS_MAX])
             con.execute(f"DELETE FROM {table} WHERE {column} IN ({listed})")
