@@ -189,19 +189,32 @@ class _Done:
         return self._value
 
 
+# The locations of a source whose message is no longer stored. With few of them
+# (a new account, a small one) the ids they name are looked up among the stored
+# ones (a semi join built on those few); an anti join with ``messages`` would
+# build its hash table on every stored id: into 1,000,000 messages, for a source
+# with no location at all, 0.68 s and 145 MiB (the few: 0.02 s, 2 MiB). With many
+# (1,000,000 locations) the anti join is the cheaper of the two (2.4 s against 3.1 s).
+_DELETED_MANY = (
+    "SELECT folder, uidvalidity, uid, uidl, sha256 FROM locations l WHERE source = ?"
+    " AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.message_id = l.message_id)"
+)
+_DELETED_FEW = (
+    "WITH l AS (SELECT folder, uidvalidity, uid, uidl, sha256, message_id FROM locations"
+    " WHERE source = ?) SELECT folder, uidvalidity, uid, uidl, sha256 FROM l"
+    " WHERE message_id NOT IN"
+    " (SELECT message_id FROM messages WHERE message_id IN (SELECT message_id FROM l))"
+)
+_FEW_PLACES = 100_000
+
+
 @_uses_db
 def _deleted_contents(store: MessageStore, source: str) -> dict[tuple[Any, ...], set[str]]:
     """(folder, uidvalidity, uid, uidl) -> sha256s on record at that location of
     ``source`` for a message no longer stored (deleted, perhaps purged)."""
-    rows = (
-        store._reader(stale_ok=True)
-        .execute(
-            "SELECT folder, uidvalidity, uid, uidl, sha256 FROM locations l WHERE source = ?"
-            " AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.message_id = l.message_id)",
-            [source],
-        )
-        .fetchall()
-    )
+    con = store._reader(stale_ok=True)
+    (n,) = con.execute("SELECT count(*) FROM locations WHERE source = ?", [source]).fetchall()[0]
+    rows = con.execute(_DELETED_FEW if n <= _FEW_PLACES else _DELETED_MANY, [source]).fetchall()
     out: dict[tuple[Any, ...], set[str]] = {}
     for folder, uidvalidity, uid, uidl, sha in rows:
         out.setdefault((folder, uidvalidity, uid, uidl), set()).add(sha)
@@ -329,6 +342,11 @@ class Ingest:
         # store was empty when the run first looked), else None: see ``_alone``
         self._own_upto: int | None = None
         self._started = False
+        # ids the store was seen not to hold (``absent``) while its log ended at
+        # ``_absent_upto``; kept up to date by this run's own commits, dropped at
+        # another writer's
+        self._absent: set[str] = set()
+        self._absent_upto = 0
 
     def error(self, where: str, reason: str) -> None:
         """Count a message that could not be read at all (it is named, never dropped quietly)."""
@@ -408,13 +426,31 @@ class Ingest:
         Another writer's commit ends it for the rest of the run (lookups as before)."""
         return self._start_alone() and self.store.log.last_seq() == self._own_upto
 
+    def absent(self, ids: Iterable[str], upto: int | None) -> None:
+        """``ids`` the store holds no message of, as its projections said when they
+        held the log up to seq ``upto`` (None: not known, nothing is assumed): this
+        run's lookups skip them while every event committed since is its own. A
+        sync asks about all its envelopes at once (one scan); asking again per
+        batch probed the index on ``messages.message_id`` ten times for 10,000
+        messages into 1,000,000 (0.2-0.8 s and 64 MiB of index each)."""
+        if upto is None:
+            return
+        self._absent = set(ids)
+        self._absent_upto = upto
+
     def _committed(self, table: pa.Table) -> None:
-        """Follow the seqs this run commits (see ``_alone``)."""
-        if self._own_upto is None or not table.num_rows:
+        """Follow the seqs this run commits (see ``_alone`` and ``absent``)."""
+        if not table.num_rows:
             return
         seqs = table.column("seq")
         first, last = seqs[0].as_py(), seqs[-1].as_py()
-        self._own_upto = last if first == self._own_upto + 1 else None
+        if self._absent:
+            if first == self._absent_upto + 1:
+                self._absent_upto = last
+            else:
+                self._absent = set()  # another writer's events came between
+        if self._own_upto is not None:
+            self._own_upto = last if first == self._own_upto + 1 else None
 
     @property
     def blobs_root(self) -> str:
@@ -597,7 +633,9 @@ class Ingest:
         """Learn, for ids and places this run has not met yet, which source owns
         each id and which (place, sha) keys of this source are on record: probed
         through the indexes, so a batch reads what it touches, not the store."""
-        new_ids = sorted({i for i in ids if i not in self._owners})
+        if self._absent and self.store.log.last_seq() != self._absent_upto:
+            self._absent = set()  # another writer has committed since: ask again
+        new_ids = sorted({i for i in ids if i not in self._owners and i not in self._absent})
         new_places = sorted({p for p in places if p not in self._places}, key=repr)
         if not new_ids and not new_places:
             return

@@ -274,6 +274,12 @@ class MessageStore:
             and self._applied_seen == self.log.last_seq()
         )
 
+    @property
+    def caught_up_seq(self) -> int | None:
+        """The log's last seq when this store last saw the projections hold all of
+        it (None: never seen so)."""
+        return self._applied_seen
+
     def _lag_is_ours(self, applied: int, last: int) -> bool:
         """True when every event the projections lack is one this store committed and
         remembers (the log up to ``last``, its own batches contiguous). A lag left by
@@ -494,21 +500,40 @@ class MessageStore:
 
     @_uses_db
     def known_records(
-        self, pairs: Sequence[tuple[str, int]]
+        self, pairs: Sequence[tuple[str, int]], *, owners: dict[str, str] | None = None
     ) -> dict[tuple[str, int], dict[str, Any]]:
         """Primary records matching (Message-ID, size) pairs: content the store already holds.
 
         A fetcher that learns a message's id and size from an envelope asks this
         before downloading the body; a match costs a location event, not a body.
+        ``owners``: filled with the source of each asked id the store holds, whatever
+        its size (what ``stored_ids`` would say of them now).
         """
         if not pairs:
             return {}
         wanted = set(pairs)
+        con = self._reader()
+        # The ids first, from three narrow columns; the records' other columns only
+        # for the matches. Many ids (a first sync) are one scan of the table: its
+        # list columns read for every row held 208 MiB of DuckDB's buffer pool for
+        # 9,900 ids asked of 1,000,000 messages, and none matched.
+        ids = rows_where_in(
+            con, "messages", "message_id", [p[0] for p in wanted], "message_id, size, source"
+        )
+        if owners is not None:
+            owners.update(zip(ids.column(0).to_pylist(), ids.column(2).to_pylist(), strict=True))
+        hits = [
+            i
+            for i, size in zip(ids.column(0).to_pylist(), ids.column(1).to_pylist(), strict=True)
+            if (i, size) in wanted
+        ]
+        if not hits:
+            return {}
         table = rows_where_in(
-            self._reader(),
+            con,
             "messages",
             "message_id",
-            [p[0] for p in wanted],
+            hits,
             "message_id, seq, size, sha256, date_utc, date_offset_min, from_addr, to_addrs,"
             ' in_reply_to, "references", list_id, subject, synthetic_id, defects',
         )

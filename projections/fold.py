@@ -675,18 +675,63 @@ def _register_table(con: duckdb.DuckDBPyConnection, name: str, rows: pa.Table) -
         con.unregister("_rows")
 
 
+# A fold probes the indexes of a large table for up to this many keys (in
+# statements of INDEX_KEYS_MAX literals) rather than scan it: its COMMIT loads the
+# index whole anyway (random keys touch every part of it), where a scan adds the
+# table's columns to DuckDB's buffer pool. Into 1,000,000 messages, 10,000 ids
+# scanned from ``messages`` took 1.0 s and 259 MiB of the pool, ``thread_nodes``
+# 71 MiB more: the fold's peak RSS 692-702 -> 625-635 MiB, its wall +0.8-1.4 s.
+# A table of fewer than _PROBE_RATIO rows a key is scanned: a 10k sync into an
+# empty store spent 2-7 s (under load) in the probes of its second fold.
+_PROBE_MAX = 20_000
+_PROBE_RATIO = 50
+
+
+def _probe_worth(con: duckdb.DuckDBPyConnection, table: str, keys: int) -> bool:
+    """Whether ``keys`` (more than one statement's literals) are probed in chunks."""
+    if keys > _PROBE_MAX:
+        return False
+    rows = con.execute(
+        "SELECT estimated_size FROM duckdb_tables()"
+        " WHERE database_name = current_database() AND table_name = ?",
+        [table],
+    ).fetchall()
+    return bool(rows) and rows[0][0] >= _PROBE_RATIO * keys
+
+
+def _probed(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    column: str,
+    values: Sequence[Any],
+    columns: str = "*",
+) -> pa.Table:
+    """``rows_where_in``, its keys probed through the index in chunks when that is
+    worth it (``_probe_worth``)."""
+    keys = sorted(set(values))
+    if len(keys) <= INDEX_KEYS_MAX or not _probe_worth(con, table, len(keys)):
+        return rows_where_in(con, table, column, keys, columns)
+    parts = [
+        rows_where_in(con, table, column, keys[i : i + INDEX_KEYS_MAX], columns)
+        for i in range(0, len(keys), INDEX_KEYS_MAX)
+    ]
+    return pa.concat_tables(parts)
+
+
 def _delete_where_in(
     con: duckdb.DuckDBPyConnection, table: str, column: str, values: Sequence[Any], source: str
 ) -> None:
     """Delete the rows of ``table`` whose ``column`` is in ``values`` (probed as
-    literals through the index when few; else joined from ``source``, SQL that
-    selects them)."""
+    literals through the index, ``INDEX_KEYS_MAX`` at a time, when few or when
+    ``_probe_worth``; else joined from ``source``, SQL that selects them)."""
     if not values:
         return
     keys = sorted(set(values))
-    listed = sql_literals(keys) if len(keys) <= INDEX_KEYS_MAX else None
-    if listed is not None:
-        con.execute(f"DELETE FROM {table} WHERE {column} IN ({listed})")
+    few = len(keys) <= INDEX_KEYS_MAX or _probe_worth(con, table, len(keys))
+    if few and sql_literals(keys) is not None:
+        for i in range(0, len(keys), INDEX_KEYS_MAX):
+            listed = sql_literals(keys[i : i + INDEX_KEYS_MAX])
+            con.execute(f"DELETE FROM {table} WHERE {column} IN ({listed})")
     else:
         con.execute(f"DELETE FROM {table} WHERE {column} IN ({source})")
 
@@ -795,7 +840,7 @@ def _fold_messages(con: duckdb.DuckDBPyConnection) -> None:
         _ids(con, f"SELECT DISTINCT message_id FROM _batch WHERE type IN ('{_SEEN}', '{_DELETED}')")
     )
     # the stored rows of the batch's ids: probed, not scanned, for a small batch
-    _register_table(con, "_existing", rows_where_in(con, "messages", "message_id", ids))
+    _register_table(con, "_existing", _probed(con, "messages", "message_id", ids))
     con.execute(_DECIDE.format(existing="SELECT message_id FROM _existing"))
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _removed AS SELECT e.* FROM _decide d"
@@ -918,16 +963,14 @@ def _refresh_threads(
     if not affected:
         return
     ids = sorted(affected)
-    threads = _column(
-        rows_where_in(con, "thread_nodes", "message_id", ids, "thread_id"), "thread_id"
-    )
+    threads = _column(_probed(con, "thread_nodes", "message_id", ids, "thread_id"), "thread_id")
     members = _column(
-        rows_where_in(con, "thread_nodes", "thread_id", threads, "message_id"), "message_id"
+        _probed(con, "thread_nodes", "thread_id", threads, "message_id"), "message_id"
     )
     cand = sorted(affected | set(members))
     # before: the touched threads, and their nodes that were not stored messages
     stored_now = set(
-        _column(rows_where_in(con, "messages", "message_id", members, "message_id"), "message_id")
+        _column(_probed(con, "messages", "message_id", members, "message_id"), "message_id")
     )
     before_ghosts = sum(
         1 for m in members if not ((m in stored_now and m not in new) or m in removed)
@@ -938,9 +981,7 @@ def _refresh_threads(
         _delete_where_in(con, "thread_nodes", "message_id", cand, "SELECT v FROM _cand")
     finally:
         con.unregister("_cand")
-    stored = rows_where_in(
-        con, "messages", "message_id", cand, 'message_id, in_reply_to, "references"'
-    )
+    stored = _probed(con, "messages", "message_id", cand, 'message_id, in_reply_to, "references"')
     con.register("_stored", stored)
     try:
         edges = con.sql(_EDGES_OF.format(src="_stored")).to_arrow_table()
@@ -1084,7 +1125,7 @@ def _fold_locations(con: duckdb.DuckDBPyConnection, *, bulk: bool = False) -> No
     old = 0
     if not bulk:
         keys = sorted(_ids(con, "SELECT DISTINCT loc_key FROM _loc"))
-        _register_table(con, "_old", rows_where_in(con, "locations", "loc_key", keys))
+        _register_table(con, "_old", _probed(con, "locations", "loc_key", keys))
         old = con.execute("SELECT count(*) FROM _old").fetchall()[0][0]
         if old:
             _delete_where_in(con, "locations", "loc_key", keys, "SELECT loc_key FROM _old")

@@ -397,3 +397,60 @@ def test_an_import_into_a_new_store_builds_its_projections_once_at_the_end(
         assert st._unapplied == []
         ingest.flush()
         assert len(st.message_ids()) == 12 and st.verify() == []
+
+
+def test_ids_seen_absent_are_not_asked_again_until_another_writer_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync tells its run which envelope ids the store holds none of (one scan):
+    the run's batches do not probe them again, unless another writer has committed
+    since (then they are asked as before, and the other writer's id is found)."""
+    root = tmp_path / "md"
+    names = [f"{i}:2," for i in range(6)]
+    for i, name in enumerate(names):
+        _put(root / "cur" / name, _msg(f"m{i}@x", f"s{i}"))
+    with _open(tmp_path / "store") as st:
+        st.add(None, _msg("seed@x", "seed"), source="other")  # not empty: lookups are made
+        asked: list[str] = []
+        real = st.stored_ids
+
+        def spy(ids: list[str], **kw: Any) -> dict[str, str]:
+            asked.extend(ids)
+            return real(ids, **kw)
+
+        monkeypatch.setattr(st, "stored_ids", spy)
+        ingest = Ingest(st, "import:test", batch_size=2)
+        ingest.absent([f"m{i}@x" for i in range(6)], st.caught_up_seq)
+        _offer_files(ingest, root, names[:4])  # the first batch is committed
+        assert st.log.last_seq() > 1 and asked == []
+        with _open(tmp_path / "store") as other:
+            other.add(None, _msg("m5@x", "s5"), source="other")
+        _offer_files(ingest, root, names[4:])
+        ingest.flush()
+        assert sorted(asked) == ["m2@x", "m3@x", "m4@x", "m5@x"]
+        c = ingest.counts
+        assert c.balanced and (c.new_messages, c.conflicts_other_source) == (5, 1)
+        assert st.verify() == []
+
+
+@pytest.mark.parametrize("few", [10**9, 0], ids=["semi-join", "anti-join"])
+def test_the_deleted_contents_of_a_source_are_read_either_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, few: int
+) -> None:
+    """A source's locations whose message is no longer stored, read by the query for
+    a few locations or by the one for many; another source's are not."""
+    monkeypatch.setattr(ingest_mod, "_FEW_PLACES", few)
+    root = _erasable(tmp_path)
+    with _open(tmp_path / "store") as st:
+        import_maildir(st, root)
+        sha = st.get("secret@x")["sha256"]  # type: ignore[index]
+        st.add("u1", _msg("other@x", "other"), source="other")
+        (source,) = {r["source"] for r in st.query("SELECT source FROM locations").to_pylist()} - {
+            "other"
+        }
+        assert ingest_mod._deleted_contents(st, source) == {}
+        st.delete("secret@x")
+        st.delete("other@x")
+        got = ingest_mod._deleted_contents(st, source)
+        assert sorted(got.values(), key=repr) == [{sha}, {sha}] and len(got) == 2
+        assert ingest_mod._deleted_contents(st, "nobody") == {}

@@ -342,6 +342,35 @@ def test_replay_in_any_chunking_gives_the_same_tables(tmp_path: Path) -> None:
         assert_same_tables(replay(tmp_path / "store" / "log", chunks=n), one, f"in {n} chunks")
 
 
+@pytest.mark.parametrize(
+    ("chunk", "ratio"), [(1, 0), (2, 0), (2, 10**9)], ids=["probed-1", "probed-2", "scanned"]
+)
+def test_a_fold_probing_its_keys_in_chunks_gives_the_tables_of_a_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, ratio: int
+) -> None:
+    """A fold with more keys than one statement's literals probes the indexes a
+    chunk at a time (``_probed``, ``_delete_where_in``) or scans a table too small
+    for that (``_PROBE_RATIO``): stored rows found, threads merged, deletions and
+    sightings at known places folded as by a replay, either way."""
+    import projections.fold
+
+    monkeypatch.setattr(projections.fold, "INDEX_KEYS_MAX", chunk)
+    monkeypatch.setattr(projections.fold, "_PROBE_RATIO", ratio)
+    ops = [
+        ("seen", "m0@pool", None, ["ghost1@nowhere"], "hi", T0, ("imap-a", "INBOX", 1, 1, None), 0),
+        ("seen", "m1@pool", "m0@pool", ["m1@pool"], None, None, ("imap-a", "INBOX", 1, 2, None), 0),
+        ("seen", "m2@pool", "m1@pool", ["m0@pool"], "Re", T0, ("imap-a", "INBOX", 1, 3, None), 2),
+        ("deleted", "m0@pool"),
+        ("vanish", 1),
+        ("seen", "m0@pool", "m1@pool", [], "Re: hi", T0, ("imap-a", "Archive", 1, 1, None), 1),
+        ("seen", "m3@pool", "m2@pool", ["m0@pool", "m1@pool"], "Re: hi", T0,
+         ("imap-a", "INBOX", 1, 4, None), 3),
+        ("deleted", "m2@pool"),
+        ("seen", "m1@pool", None, [], "x", T0, ("imap-a", "INBOX", 1, 2, None), 0),
+    ]  # fmt: skip
+    check_incremental_equals_replay(tmp_path / "store", ops, [False, False, True])
+
+
 # ---------------------------------------------------------------------------
 # Replay is deterministic, reindex restores, verify detects drift
 # ---------------------------------------------------------------------------

@@ -575,3 +575,21 @@ def test_a_read_whose_catch_up_fails_leaves_no_stale_hold_and_the_next_read_catc
             store.get("other@example.org")  # the read's catch-up: failure 2
         rec = store.get("other@example.org")
     assert rec is not None and rec["subject"] == "Lunch"
+
+
+def test_known_records_names_the_owner_of_every_asked_id_it_holds(tmp_path: Path) -> None:
+    """A record only for an id at its size; ``owners`` gets every held id's source."""
+    raws = {
+        mid: f"Message-ID: <{mid}>\nFrom: a@example.org\nSubject: {mid}\n\nbody\n".encode()
+        for mid in ("a@x", "b@x")
+    }
+    with MessageStore.open(tmp_path / "store") as st:
+        st.add("u1", raws["a@x"], source="one")
+        st.add("u2", raws["b@x"], source="two")
+        owners: dict[str, str] = {}
+        pairs = [("a@x", len(raws["a@x"])), ("b@x", len(raws["b@x"]) + 1), ("c@x", 9)]
+        known = st.known_records(pairs, owners=owners)
+        assert list(known) == [("a@x", len(raws["a@x"]))]
+        assert known[("a@x", len(raws["a@x"]))]["subject"] == "a@x"
+        assert owners == {"a@x": "one", "b@x": "two"}
+        assert st.known_records(pairs[1:]) == {}
