@@ -70,7 +70,6 @@ def synthetic_message_id(sha256_hex: str) -> str:
 
 
 _BOM = b"\xef\xbb\xbf"
-_FOLD = re.compile(rb"\n(?=[ \t])")
 # A field name is printable ASCII without ':'; obsolete syntax allows blanks
 # before the colon ("Subject : x").
 _FIELD = re.compile(rb"([\x21-\x39\x3b-\x7e]+)[ \t]*:")
@@ -129,7 +128,8 @@ def _parse(raw: bytes, digest: str) -> ParsedMessage:
     subject: str | None = None
     for name, value in raw_headers:
         key = name.lower()
-        decoded = _decode_rfc2047(value, name, defects)
+        # (most values hold no encoded word: no call for them)
+        decoded = _decode_rfc2047(value, name, defects) if "=?" in value else value
         headers.append((name, decoded))
         if key in first:
             every[key].append(value)
@@ -181,15 +181,14 @@ def _read_header_fields(data: bytes, defects: list[str]) -> list[tuple[str, str]
     """
     if data.startswith((b"\n", b"\r\n")):
         return []
-    # bytes.find and replace run at memchr speed; a regex for "\r?\n\r?\n"
-    # would try every position of the message in Python's engine.
-    # A CRLF message has no "\n\n": look for it only before the first "\n\r\n"
-    # (otherwise the whole body is scanned for nothing).
-    crlf = data.find(b"\n\r\n")
-    lf = data.find(b"\n\n", 0, crlf + 1) if crlf >= 0 else data.find(b"\n\n")
-    ends = [at for at in (lf, crlf) if at >= 0]
-    block = data[: min(ends)] if ends else data
-    lines = _FOLD.sub(b"", block.replace(b"\r\n", b"\n")).split(b"\n")
+    end = _header_end(data)
+    block = data if end < 0 else data[:end]
+    # unfolded: a line break before a blank goes (bytes.replace, at memchr speed,
+    # rather than a regex for "\n(?=[ \t])" tried at every position: a third of
+    # this function's time). One pass each, as the regex's: a "\n" the first
+    # removes leaves its blank, so the second never meets a break it made.
+    unfolded = block.replace(b"\r\n", b"\n").replace(b"\n ", b" ").replace(b"\n\t", b"\t")
+    lines = unfolded.split(b"\n")
     fields: list[tuple[str, str]] = []
     for index, line in enumerate(lines):
         if not line:
@@ -212,6 +211,35 @@ def _read_header_fields(data: bytes, defects: list[str]) -> list[tuple[str, str]
             defects.append(f"non-utf8:{name}")
         fields.append((name, value.strip(_VALUE_BLANKS)))
     return fields
+
+
+_FIRST_LOOK = 2048  # bytes searched first for the blank line: most header blocks end within
+
+
+def _header_end(data: bytes) -> int:
+    """Where the header block of ``data`` ends: the first ``"\\n\\n"`` or
+    ``"\\n\\r\\n"``, whichever comes first (-1: neither, the whole message is
+    headers).
+
+    bytes.find, not a regex for ``"\\r?\\n\\r?\\n"``, which would try every
+    position in Python's engine; still, at about 3 ns a byte, a search for the form
+    a message does not use crossed its whole body (a quarter of a parse, for the
+    11 KB messages of the bench corpus). Both are
+    looked for in a window that grows fourfold until one is found: the first match
+    found in ``data[:end]`` is the first in ``data``, and a match of the other
+    form past the window comes after it.
+    """
+    end = _FIRST_LOOK
+    while True:
+        lf = data.find(b"\n\n", 0, end)
+        crlf = data.find(b"\n\r\n", 0, end)
+        if lf >= 0:
+            return lf if crlf < 0 or lf < crlf else crlf
+        if crlf >= 0:
+            return crlf
+        if end >= len(data):
+            return -1
+        end *= 4
 
 
 # No addr-spec holds a blank (any Unicode space: NBSP, U+3000, U+2028, the

@@ -118,6 +118,7 @@ class MessageStore:
         # committed batches not yet folded: (first seq, last seq, the rows without their
         # headers, or None once the pending rows passed _FOLD_BYTES: read again then)
         self._unapplied: list[tuple[int, int, pa.Table | None]] = []
+        self._unapplied_bytes = 0  # of the rows ``_unapplied`` still holds
         self.fold_every = 10_000  # events: a deferred fold runs at least this often
         # a deferred fold may also wait for this share of the events folded so far: a
         # fold costs in part what it touches of the store, so a bulk writer (an
@@ -302,6 +303,7 @@ class MessageStore:
                 f"{self.db_path}: projections are at seq {seq} but the log ends at {last}"
             )
         pending, self._unapplied = self._unapplied, []
+        self._unapplied_bytes = 0
         if seq < last:
             chunks: Iterable[pa.Table]
             held = [t for _, _, t in pending if t is not None]
@@ -377,10 +379,15 @@ class MessageStore:
             return table
         seqs = table.column("seq")
         # kept for the next fold without the headers, which no fold reads
-        self._unapplied.append((seqs[0].as_py(), seqs[-1].as_py(), table.select(_FOLD_COLUMNS)))
-        if sum(t.nbytes for _, _, t in self._unapplied if t is not None) >= _FOLD_BYTES:
+        rows = table.select(_FOLD_COLUMNS)
+        self._unapplied.append((seqs[0].as_py(), seqs[-1].as_py(), rows))
+        # (a running sum: summing every held table at each commit cost an import
+        # into 1,000,000 messages about 25 s, growing with the rows held)
+        self._unapplied_bytes += rows.nbytes
+        if self._unapplied_bytes >= _FOLD_BYTES:
             # memory stays bounded: the fold reads these rows from the log again
             self._unapplied = [(a, b, None) for a, b, _ in self._unapplied]
+            self._unapplied_bytes = 0
         pending = sum(b - a + 1 for a, b, _ in self._unapplied)
         due = pending >= max(self.fold_every, int(self.fold_share * self._folded))
         # A store with no projections yet (a new store an import fills) has them
@@ -1184,7 +1191,7 @@ class MessageStore:
             drop_projections=self._drop_projections,
         )
         if report.changed:
-            self._unapplied = []  # pre-purge rows: never fold them again
+            self._unapplied, self._unapplied_bytes = [], 0  # pre-purge rows: never fold again
             self.reindex()
             finish_purge(self.purge_journal)
         return report
@@ -1192,7 +1199,7 @@ class MessageStore:
     def _drop_projections(self) -> None:
         """Remove the projection database and every file DuckDB keeps beside it."""
         self.close()
-        self._unapplied = []
+        self._unapplied, self._unapplied_bytes = [], 0
         with contextlib.suppress(duckdb.Error, OSError):
             db.release(db.connect(self.db_path, read_only=False, timeout=60))  # no other holder
         base = str(self.db_path)
