@@ -36,8 +36,8 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.importers import worker_pool
-from pipeline.ingest import Incoming, Ingest, RunCounts
+from pipeline.importers import run_import
+from pipeline.ingest import Incoming, RunCounts
 from pipeline.parse import parse_message
 from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.store import MessageStore
@@ -206,14 +206,19 @@ def import_gdbm(
     records = iter_gdbm(path)
     first = next(records, None)  # a file that cannot be read fails before any pool starts
     progress.start(_record_count(path) if progress is not NO_PROGRESS else None, "import gdbm")
-    with worker_pool(workers if first is not None else 0) as pool:
-        ingest = Ingest(store, f"import:gdbm:{path}", batch_size=batch_size, pool=pool)
-        rest = records if first is None else itertools.chain([first], records)
-        for key, value in rest:
+
+    def messages() -> Iterator[tuple[Incoming, int]]:
+        for key, value in records if first is None else itertools.chain([first], records):
             uidl = _key_text(key)
             raw = legacy_bytes(value)
             message_id = synthetic_uidl_id(uidl) if parse_message(raw).synthetic_id else None
-            ingest.offer(Incoming(raw=raw, folder=path.name, uidl=uidl, message_id=message_id))
-            progress.advance()
-        ingest.flush()
-    return ingest.counts
+            yield Incoming(raw=raw, folder=path.name, uidl=uidl, message_id=message_id), 1
+
+    return run_import(
+        store,
+        f"import:gdbm:{path}",
+        messages(),
+        batch_size=batch_size,
+        progress=progress,
+        workers=workers,
+    )

@@ -9,11 +9,12 @@ read by the worker processes (this one only lists them); an mbox is split here.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import re
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from pipeline.ingest import Incoming, Ingest, RunCounts, worker_pool
@@ -22,8 +23,15 @@ from pipeline.store import MessageStore
 from stores.errors import UsageError
 
 __all__ = [
-    "check_maildir", "import_maildir", "import_mbox", "iter_maildir", "iter_mbox",
-    "not_mail_content", "not_mail_name", "worker_pool",
+    "check_maildir",
+    "import_maildir",
+    "import_mbox",
+    "iter_maildir",
+    "iter_mbox",
+    "not_mail_content",
+    "not_mail_name",
+    "run_import",
+    "worker_pool",
 ]  # fmt: skip
 
 log = logging.getLogger("mailledger.import")
@@ -165,6 +173,38 @@ def _maildir_files(root: Path, not_mail: NotMail | None) -> Iterator[tuple[str, 
             yield folder, unique, path, size
 
 
+def run_import(
+    store: MessageStore,
+    source: str,
+    items: Iterable[tuple[Incoming, int]],
+    *,
+    batch_size: int = 1000,
+    progress: Progress = NO_PROGRESS,
+    workers: int = 0,
+    lookahead: int = 1,
+) -> RunCounts:
+    """The one import driver: every ``(message, progress units)`` of ``items`` is
+    offered to an ``Ingest`` of ``source`` and committed in batches, with the
+    import's folding policy (``_bulk``); returns the run counts.
+
+    ``workers`` processes read, parse, compress and store the messages (0: all
+    in this one); none start when ``items`` is empty, so a source that cannot be
+    read fails before any pool. ``lookahead``: batches left to the workers
+    before the oldest is committed (sources that hand paths, not bytes, hold no
+    message here and can let more wait).
+    """
+    it = iter(items)
+    first = next(it, None)
+    with worker_pool(workers if first is not None else 0) as pool, _bulk(store):
+        ingest = Ingest(store, source, batch_size=batch_size, pool=pool, lookahead=lookahead)
+        if first is not None:
+            for item, units in itertools.chain([first], it):
+                ingest.offer(item)
+                progress.advance(units)
+        ingest.flush()
+    return ingest.counts
+
+
 def import_maildir(
     store: MessageStore,
     root: Path,
@@ -186,30 +226,29 @@ def import_maildir(
     if progress is not NO_PROGRESS:
         progress.start(None, f"import maildir: listing {root}", unit=None)
         progress.start(sum(1 for _ in _maildir_files(root, None)), "import maildir")
-    with worker_pool(workers) as pool, _bulk(store):
-        # no message bytes are held here: batches can wait for their commit while
-        # the workers prepare the next ones (they go on while this process folds)
-        ingest = Ingest(
-            store,
-            f"import:maildir:{root}",
-            batch_size=batch_size,
-            pool=pool,
-            lookahead=3,
-        )
-        counts = ingest.counts
+    skipped: list[dict[str, str]] = []
 
-        def skip(path: str, why: str) -> None:
-            log.info("not mail, skipped: %s (%s)", path, why)
-            counts.not_mail += 1
-            counts.not_mail_files.append({"path": path, "reason": why})
+    def skip(path: str, why: str) -> None:
+        log.info("not mail, skipped: %s (%s)", path, why)
+        skipped.append({"path": path, "reason": why})
 
-        for folder, unique, path, size in _maildir_files(root, skip):
-            # (the size bounds the batch: batch_bytes)
-            item = Incoming(raw=b"", folder=folder, uidl=unique, path=path, size=max(0, size))
-            ingest.offer(item)
-            progress.advance()
-        ingest.flush()
-    return ingest.counts
+    # (the size bounds the batch: batch_bytes) no message bytes are held here:
+    # batches can wait for their commit while the workers prepare the next ones
+    counts = run_import(
+        store,
+        f"import:maildir:{root}",
+        (
+            (Incoming(raw=b"", folder=folder, uidl=unique, path=path, size=max(0, size)), 1)
+            for folder, unique, path, size in _maildir_files(root, skip)
+        ),
+        batch_size=batch_size,
+        progress=progress,
+        workers=workers,
+        lookahead=3,
+    )
+    counts.not_mail += len(skipped)
+    counts.not_mail_files.extend(skipped)
+    return counts
 
 
 def iter_mbox(path: Path) -> Iterator[tuple[int, bytes]]:
@@ -272,12 +311,20 @@ def import_mbox(
     size = path.stat().st_size
     progress.start(size, "import mbox", unit="B")
     done = 0
-    with worker_pool(workers) as pool, _bulk(store):
-        ingest = Ingest(store, f"import:mbox:{path}", batch_size=batch_size, pool=pool)
+
+    def messages() -> Iterator[tuple[Incoming, int]]:
+        nonlocal done
         for n, raw in iter_mbox(path):
-            ingest.offer(Incoming(raw=raw, folder=path.name, uid=n))
-            progress.advance(len(raw))
             done += len(raw)
-        progress.advance(max(0, size - done))  # the "From " lines between the messages
-        ingest.flush()
-    return ingest.counts
+            yield Incoming(raw=raw, folder=path.name, uid=n), len(raw)
+
+    counts = run_import(
+        store,
+        f"import:mbox:{path}",
+        messages(),
+        batch_size=batch_size,
+        progress=progress,
+        workers=workers,
+    )
+    progress.advance(max(0, size - done))  # the "From " lines between the messages
+    return counts
