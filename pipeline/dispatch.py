@@ -62,6 +62,7 @@ from typing import Any
 from pipeline.config import show_value
 from pipeline.store import MessageStore
 from projections.normalize import normalize_msgid
+from stores.atomic import replace_file
 from stores.errors import ConfigError, MailledgerError
 from stores.events import MessageDeleted
 
@@ -331,19 +332,7 @@ class Consumer:
 
     def _save(self) -> None:
         state = {"name": self.name, "seq": self.seq, "acked": sorted(self.acked)}
-        tmp = self.path.with_name(f".{self.name}.json.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, (json.dumps(state) + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dfd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        replace_file(self.path, (json.dumps(state) + "\n").encode())
 
     # -- reading
     def pending(self) -> tuple[int, list[dict[str, Any]]]:

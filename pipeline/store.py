@@ -52,6 +52,7 @@ from projections.tables import (
     fingerprint,
 )
 from stores import db
+from stores.atomic import create_once, unique_name
 from stores.blobs import BlobStore
 from stores.errors import LockTimeout, LogIntegrityError, NotFoundError, UsageError
 from stores.events import Event, MessageDeleted, MessageSeen
@@ -1231,28 +1232,10 @@ def _create_marker(root: Path, marker: Path) -> None:
         if not marker.exists():  # (a concurrent creator may have won meanwhile)
             raise UsageError(f"{root}: exists, is not empty and is not a mailledger store")
         return
-    tmp = root / f"{marker.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(_FORMAT) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.link(tmp, marker)
-        except FileExistsError:
-            pass  # another creator won: its marker is the store's
-        except OSError:
-            # a file system without hard links: the markers of concurrent creators
-            # are identical, so a rename over the winner's changes nothing
-            os.replace(tmp, marker)
-    finally:
-        tmp.unlink(missing_ok=True)
-    dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    # (a name _is_marker_temp knows: a crash before the link leaves a file that
+    # does not make the directory someone else's)
+    tmp = unique_name(marker, prefix=f"{marker.name}.")
+    create_once(marker, (json.dumps(_FORMAT) + "\n").encode(), tmp=tmp)
 
 
 def _current(con: duckdb.DuckDBPyConnection) -> bool:

@@ -46,6 +46,7 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
+from stores.atomic import fsync_dir, replace_file, unique_name
 from stores.errors import LockTimeout, LogIntegrityError
 from stores.events import (
     SCHEMA,
@@ -271,14 +272,6 @@ class LogFile(NamedTuple):
         return self.last - self.first + 1
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _stat_key(path: Path | str) -> list[int]:
     st = os.stat(path)
     return [st.st_size, st.st_mtime_ns, st.st_ino]
@@ -490,7 +483,7 @@ class EventLog:
             raise
         os.replace(tmp, final)
         if self.durable:
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
         self._note_checked([final], present)
         return final
 
@@ -562,14 +555,10 @@ class EventLog:
 
     def _save_checked(self, entries: dict[str, list[int]]) -> None:
         """Replace the cache (best effort: a reader may lack the right to write)."""
-        tmp = self.root / f".tmp-checked-{os.getpid()}-{os.urandom(4).hex()}"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with open(fd, "w") as fh:
-                json.dump(entries, fh)
-            os.replace(tmp, self.root / _CHECKED)
-        except OSError:
-            tmp.unlink(missing_ok=True)
+        path = self.root / _CHECKED
+        with contextlib.suppress(OSError):  # (a leftover ".tmp-" is removed by an append)
+            replace_file(path, json.dumps(entries).encode(), durable=False,
+                         tmp=unique_name(path, prefix=".tmp-checked-", suffix=""))  # fmt: skip
 
     def _note_checked(self, paths: Sequence[Path], others: Sequence[str] | None = None) -> None:
         """Remember files this process wrote (and so knows whole) as checked.
@@ -719,7 +708,7 @@ class EventLog:
                 for f in group:
                     f.path.unlink()
                 if self.durable:
-                    _fsync_dir(self.root)
+                    fsync_dir(self.root)
             self._remove_covered()
             return before, len(self.files())
 

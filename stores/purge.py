@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import secrets
 from collections.abc import Callable
@@ -63,10 +62,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from stores.atomic import fsync_dir, replace_file
 from stores.blobs import BlobStore
 from stores.errors import LogIntegrityError
 from stores.events import SCHEMA, MessageDeleted
-from stores.log import EventLog, _fsync_dir
+from stores.log import EventLog
 
 __all__ = [
     "PERSONAL_COLUMNS",
@@ -180,14 +180,8 @@ def _plan(log: EventLog, blobs: BlobStore) -> dict[str, Any] | None:
 
 
 def _write_journal(path: Path, plan: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(fd, "w") as fh:
-        json.dump(plan, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    # (a fixed temporary name: _read_journal removes a plan never written whole)
+    replace_file(path, json.dumps(plan).encode(), tmp=path.with_name(path.name + ".tmp"))
 
 
 def _read_journal(path: Path) -> dict[str, Any] | None:
@@ -320,4 +314,4 @@ def purge_log(
 def finish_purge(journal: Path) -> None:
     """The last step: the purge is complete once its journal is gone."""
     journal.unlink(missing_ok=True)
-    _fsync_dir(journal.parent)
+    fsync_dir(journal.parent)
