@@ -9,18 +9,16 @@ configuration error, 3 completed but an ALARM was raised.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import shutil
-import struct
 import sys
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
-from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+from pipeline import output
 from pipeline.progress import Progress, progress_for
 from pipeline.verbosity import LogSetup, progress_wanted
 from stores.errors import (
@@ -88,66 +86,11 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
-
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, default=_json_default, ensure_ascii=False, indent=None))
-
-
 def _progress(args: argparse.Namespace, *, delay: float = 0.0) -> Progress:
     """The progress display of a long command: a bar on stderr when it is a terminal,
     unless the run is quiet (``-q``: see ``pipeline.verbosity``); nothing under cron
     or in a pipe. ``delay``: seconds before a bar shows."""
     return progress_for(progress_wanted(sys.stderr), delay=delay)
-
-
-def _plain(value: Any, none: str = "-") -> str:
-    """A value as plain output shows it: never a Python repr (``None``, ``['a@x']``,
-    ``{'k': 1}``); lists comma-separated, mappings as ``key=value``."""
-    if value is None:
-        return none
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, Mapping):
-        return ", ".join(f"{k}={_plain(v, none)}" for k, v in value.items())
-    if isinstance(value, list | tuple | set | frozenset):
-        return ", ".join(_plain(v, none) for v in value)
-    return str(value)
-
-
-def _stdout_closed() -> bool:
-    """True when nobody reads stdout any more (``mailledger query ... | head -1``
-    after ``head`` exited): the write end of a pipe without readers polls as an
-    error. A broken pipe elsewhere (a server's socket) is not this."""
-    import select
-
-    try:
-        poller = select.poll()
-        poller.register(sys.stdout.fileno(), select.POLLOUT)
-        return any(ev & select.POLLERR for _, ev in poller.poll(0))
-    except (AttributeError, OSError, ValueError):
-        return False
-
-
-def _silence(stream: Any) -> None:
-    """Send what ``stream`` still has to print nowhere (its reader has gone), so
-    neither a later print nor Python's flush at exit complains of a broken pipe."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, stream.fileno())
-        finally:
-            os.close(devnull)
-    except (AttributeError, OSError, ValueError):
-        pass
 
 
 def _memory(args: argparse.Namespace) -> int | None:
@@ -228,7 +171,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     if args.json:
-        _print_json(counts.as_dict())
+        output.print_json(counts.as_dict())
     else:
         print(
             f"import {args.kind} {args.path}: seen={counts.uids_seen} new={counts.new_messages}"
@@ -258,7 +201,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         took = time.perf_counter() - t0
     msg = {"events": last, "seconds": round(took, 3)}
     if args.json:
-        _print_json(msg)
+        output.print_json(msg)
     else:
         print(f"replayed {last} events in {took:.2f}s into {store.db_path}")
     return EXIT_OK
@@ -267,43 +210,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_find(args: argparse.Namespace) -> int:
     with _open(args) as store:
         if args.json:
-            _print_json(store.find(args.header, args.value))
+            output.print_json(store.find(args.header, args.value))
             return EXIT_OK
         # one query for every hit, never one per hit; printed as DuckDB spelled it
-        _write_column(store.find_listing(args.header, args.value))
+        output.write_column(store.find_listing(args.header, args.value))
     return EXIT_OK
-
-
-def _write_column(column: Any) -> None:
-    """Print a string column (``pyarrow.ChunkedArray``) whose values are whole lines:
-    the UTF-8 bytes of each chunk straight from its Arrow buffer, with no Python
-    string per line (250,000 lines were 0.5 s of str objects and joins)."""
-    out = getattr(sys.stdout, "buffer", None)
-    if out is None:  # (a text stream only: a caller's StringIO)
-        for chunk in column.chunks:
-            sys.stdout.write(bytes(_utf8_of(chunk)).decode())
-        return
-    sys.stdout.flush()  # (what was printed before goes first)
-    for chunk in column.chunks:
-        out.write(_utf8_of(chunk))
-    out.flush()
-
-
-def _utf8_of(chunk: Any) -> bytes | memoryview:
-    """The values of a string array, concatenated: a slice of its data buffer
-    (its NULLs, which hold no bytes, left out)."""
-    import pyarrow as pa
-
-    if len(chunk) == 0:
-        return b""
-    if chunk.type not in (pa.string(), pa.large_string()) or chunk.null_count:
-        return "".join(v for v in chunk.to_pylist() if v is not None).encode()
-    _, offsets, data = chunk.buffers()
-    fmt = "=i" if chunk.type == pa.string() else "=q"
-    width = struct.calcsize(fmt)
-    (start,) = struct.unpack_from(fmt, offsets, chunk.offset * width)
-    (end,) = struct.unpack_from(fmt, offsets, (chunk.offset + len(chunk)) * width)
-    return memoryview(data)[start:end]
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -326,7 +237,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             {"filename": a.filename, "content_type": a.content_type, "size": a.size}
             for a in text.attachments
         ]
-        _print_json(rec)
+        output.print_json(rec)
         return EXIT_OK
     sys.stdout.write(render_text(rec["headers"], raw))
     return EXIT_OK
@@ -336,7 +247,7 @@ def cmd_thread(args: argparse.Namespace) -> int:
     with _open(args) as store:
         ids = store.walk_thread(args.id)
         if args.json:
-            _print_json(ids)
+            output.print_json(ids)
             return EXIT_OK
         rows = store.summaries(ids)  # one query for every message, never one per message
         for mid in ids:
@@ -356,74 +267,6 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-_CONTROL = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
-
-
-def _cell(value: Any) -> str:
-    """A query result value in a table cell: NULL for null, lists and structs the way
-    DuckDB writes them (``[a, b]``, ``{k: v}``), line breaks and tabs escaped so
-    that one row stays one line."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k}: {_cell(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_cell(v) for v in value) + "]"
-    if isinstance(value, datetime | date):
-        return str(value)
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value).translate(_CONTROL)
-
-
-def _width(text: str) -> int:
-    """Terminal columns ``text`` takes (East Asian wide characters take two)."""
-    import unicodedata
-
-    if text.isascii():
-        return len(text)
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-
-
-def _fit(text: str, width: int) -> str:
-    """``text`` padded to ``width`` columns, or cut to it with ``…`` marking the cut."""
-    have = _width(text)
-    if have <= width:
-        return text + " " * (width - have)
-    out, used = [], 0
-    for c in text:
-        w = _width(c)
-        if used + w > width - 1:
-            break
-        out.append(c)
-        used += w
-    return "".join(out) + "…" + " " * (width - 1 - used)
-
-
-def _format_table(
-    columns: Sequence[str], rows: Sequence[Sequence[Any]], width: int | None = None
-) -> str:
-    """An aligned table. ``width`` (a terminal's columns): the widest columns are
-    narrowed until a row fits, and every cell cut to fit ends in ``…``. None (not a
-    terminal): every value whole."""
-    cells = [[_cell(v) for v in row] for row in rows]
-    widths = [max([_width(c)] + [_width(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    if width is not None and widths:
-        room = width - 2 * (len(widths) - 1)
-        if sum(widths) > room:
-            # the largest cap that fits: narrow columns keep their width, wide ones share
-            # what is left (never below 4 columns: a table too wide for that overflows)
-            cap = max(widths)
-            while cap > 4 and sum(min(w, cap) for w in widths) > room:
-                cap -= 1
-            widths = [min(w, cap) for w in widths]
-
-    def line(vals: Sequence[str]) -> str:
-        return "  ".join(_fit(v, w) for v, w in zip(vals, widths, strict=True)).rstrip()
-
-    return "\n".join([line(list(columns)), line(["-" * w for w in widths]), *map(line, cells)])
-
-
 def cmd_query(args: argparse.Namespace) -> int:
     import duckdb
 
@@ -433,11 +276,11 @@ def cmd_query(args: argparse.Namespace) -> int:
         except duckdb.Error as exc:
             raise UsageError(f"query failed: {exc}") from exc
     if args.json:
-        _print_json(table.to_pylist())
+        output.print_json(table.to_pylist())
     else:
         rows = [tuple(r.values()) for r in table.to_pylist()]
         width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
-        print(_format_table(table.column_names, rows, width))
+        print(output.format_table(table.column_names, rows, width))
         print(f"({table.num_rows} rows)")
     return EXIT_OK
 
@@ -453,7 +296,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             progress.close()
         events = store.log.last_seq()
     if args.json:
-        _print_json({"ok": not problems, "events": events, "problems": problems})
+        output.print_json({"ok": not problems, "events": events, "problems": problems})
     elif problems:
         for p in problems:
             print(f"problem: {p}")
@@ -467,7 +310,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
         before, after = store.compact(target_rows=args.target_rows)
         purged = store.purge().as_dict() if args.purge else None
     if args.json:
-        _print_json({"files_before": before, "files_after": after, "purge": purged})
+        output.print_json({"files_before": before, "files_after": after, "purge": purged})
         return EXIT_OK
     print(f"compacted the log: {before} files -> {after}")
     if purged is not None:
@@ -483,10 +326,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     with _open(args) as store:
         stats = store.stats()
     if args.json:
-        _print_json(stats)
+        output.print_json(stats)
     else:
         for key, value in stats.items():
-            print(f"{key}: {_plain(value)}")
+            print(f"{key}: {output.plain(value)}")
     return EXIT_OK
 
 
@@ -538,7 +381,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
         try:
             print(line, file=out, flush=True)
         except BrokenPipeError:  # (`sync | head -1`): the run goes on, unheard
-            _silence(out)
+            output.silence(out)
 
     progress = _progress(args, delay=0.5)  # (a folder of a few new messages: no bar)
     stop = threading.Event()
@@ -583,7 +426,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
             finally:
                 os.umask(private)
         if args.json:
-            _print_json(result)
+            output.print_json(result)
         if not args.watch or stop.is_set():
             break
         why = wait_for_change(config, env, args.interval, stop, only=only)
@@ -618,7 +461,7 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
         file=out,
     )
     if args.json:
-        _print_json(_with_exit(report.as_dict(), code))
+        output.print_json(_with_exit(report.as_dict(), code))
     return code
 
 
@@ -626,12 +469,12 @@ def cmd_cursor_log(args: argparse.Namespace) -> int:
     with _open(args) as store:
         moves = store.cursor_log(args.account, args.folder)
     if args.json:
-        _print_json(moves)
+        output.print_json(moves)
         return EXIT_OK
     if not moves:
         print(f"no cursor events for {args.account} {args.folder}")
     for move in moves:
-        m = {k: _plain(v) for k, v in move.items()}
+        m = {k: output.plain(v) for k, v in move.items()}
         when = m["recorded_at"]
         if m["type"] == "uidvalidity-changed":
             print(
@@ -984,11 +827,11 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         print(f"mailledger: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except OSError as exc:  # a full disk, a read-only store: say which file, no traceback
-        if isinstance(exc, BrokenPipeError) and _stdout_closed():
+        if isinstance(exc, BrokenPipeError) and output.stdout_closed():
             # `mailledger query ... | head -1`: the reader has what it wanted. Quiet and
             # successful, as `grep` or `ls` are; the rest of the output goes nowhere.
             # (A broken pipe elsewhere, a server's socket, is an error as any.)
-            _silence(sys.stdout)
+            output.silence(sys.stdout)
             return EXIT_OK
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"mailledger: error: {where}{exc.strerror or exc}", file=sys.stderr)

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import show_value
+from pipeline.output import plain
 from pipeline.store import MessageStore
 from projections.normalize import normalize_msgid
 from stores.atomic import replace_file
@@ -447,13 +448,9 @@ class DispatchReport:
         if self.consumer is not None:
             out.append(
                 f"consumer {self.consumer}: checkpoint"
-                f" {_or_dash(self.checkpoint_from)}->{_or_dash(self.checkpoint_to)}"
+                f" {plain(self.checkpoint_from)}->{plain(self.checkpoint_to)}"
             )
         return out
-
-
-def _or_dash(value: object) -> object:
-    return "-" if value is None else value
 
 
 def _route(

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.cli import _format_table, main
+from pipeline.cli import main
+from pipeline.output import format_table, write_column
 from pipeline.store import MessageStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -308,7 +309,7 @@ def test_show_raw_of_a_large_message_into_head_exits_0(tmp_path: Path) -> None:
 
 def test_table_cut_for_a_terminal_marks_each_cut_cell_and_fits_the_width() -> None:
     rows = [("a" * 80, "short", 1), ("b" * 10, "x" * 50, None)]
-    table = _format_table(["long", "other", "n"], rows, width=40)
+    table = format_table(["long", "other", "n"], rows, width=40)
     lines = table.splitlines()
     assert all(len(line) <= 40 for line in lines), table
     assert lines[2].startswith("a" * 10) and "…" in lines[2]  # the cut cell says so
@@ -318,7 +319,7 @@ def test_table_cut_for_a_terminal_marks_each_cut_cell_and_fits_the_width() -> No
 
 def test_table_not_for_a_terminal_prints_every_value_whole() -> None:
     long = "word " * 60
-    table = _format_table(["v", "l"], [(long.strip(), ["a@x", "b@y"])], width=None)
+    table = format_table(["v", "l"], [(long.strip(), ["a@x", "b@y"])], width=None)
     assert long.strip() in table and "…" not in table
     assert "[a@x, b@y]" in table
 
@@ -525,15 +526,13 @@ def test_a_column_of_lines_is_printed_byte_for_byte_from_its_buffers(
     (which no listing has) print nothing."""
     import pyarrow as pa
 
-    from pipeline.cli import _write_column
-
     lines = pa.array(["skip\n", "a\tż\n", "b\t😀\n", "after\n"])
     column = pa.chunked_array(
         [lines.slice(1, 2), pa.array([], pa.string()), pa.array(["d\n", None, "e\n"])]
     )
     print("before")
-    _write_column(column)
-    _write_column(pa.chunked_array([pa.array(["x\n", "y\n"], pa.large_string()).slice(1)]))
+    write_column(column)
+    write_column(pa.chunked_array([pa.array(["x\n", "y\n"], pa.large_string()).slice(1)]))
     assert capsys.readouterr().out == "before\na\tż\nb\t😀\nd\ne\ny\n"
 
 
