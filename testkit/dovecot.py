@@ -129,6 +129,7 @@ _MAIL_EVENT = re.compile(
     r"Info: (?P<event>save|copy|delete|undelete|expunge|flag_change|mailbox_create|"
     r"mailbox_delete|mailbox_rename): (?P<fields>.*)$"
 )
+_LOGIN = re.compile(r"(?:imap|pop3)-login: Info: Login: user=<[^>]*>.*session=<(?P<session>[^>]*)>")
 _FIELD = re.compile(r"(\w+)=(\([^)]*\)|[^,]*)(?:, |$)")
 _POP3_PAIRS = {
     "top": ("top_count", "top_bytes"),
@@ -1083,15 +1084,21 @@ class Dovecot:
         user: str | None = None,
         protocol: str | None = None,
         timeout: float = 5.0,
+        begun: bool = False,
     ) -> list[Session]:
         """The sessions that ended after ``mark`` (of ``user``/``protocol``), waiting
-        until at least ``count`` of them have."""
+        until at least ``count`` of them have. ``begun``: only those that also
+        logged in after ``mark`` (Dovecot may log the end of a session a client
+        already left after a mark taken just then: on a loaded machine it does)."""
 
         def pick(text: str) -> list[Session]:
+            started = {m["session"] for m in _LOGIN.finditer(text)} if begun else None
             return [
                 s
                 for s in session_bytes(text)
-                if (user is None or s.user == user) and (protocol is None or s.protocol == protocol)
+                if (user is None or s.user == user)
+                and (protocol is None or s.protocol == protocol)
+                and (started is None or s.session in started)
             ]
 
         text = self.log_since(mark, until=lambda t: len(pick(t)) >= count, timeout=timeout)
