@@ -558,18 +558,20 @@ class MessageStore:
         places: Sequence[tuple[str, int | None, int | None, str | None]],
         *,
         stale_ok: bool = False,
+        columns: str = "*",
     ) -> list[dict[str, Any]]:
         """The ``locations`` rows at ``places`` of ``source``, each place a (folder,
         uidvalidity, uid, uidl): probed through the index on the location key, so
         the cost follows the places asked for, never the store.
 
         ``stale_ok``: as for a writer that remembers what it committed itself.
+        ``columns``: those wanted (each row found is fetched column by column).
         """
         if not places:
             return []
         keys = [location_key(source, *place) for place in places]
         con = self._reader(stale_ok=stale_ok)
-        return rows_where_in(con, "locations", "loc_key", keys).to_pylist()
+        return rows_where_in(con, "locations", "loc_key", keys, columns).to_pylist()
 
     @_uses_db
     def locations_in(

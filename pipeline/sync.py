@@ -167,9 +167,16 @@ class _FolderSync:
                     uidnext = self.src.status(folder).get("uidnext")
                     state = FolderState(state.uidvalidity, uidnext, state.exists)
             fr.uidvalidity = state.uidvalidity
-            cursor = self.store.cursor(self.account.name, folder)
-            plan = plan_folder(cursor, state, self.account.initial, reconcile=self.opts.reconcile)
-            plan = self._check_reassigned(folder, state, plan, fr)
+            # the cursor and the sample of held UIDs are read in one hold of the
+            # projections, not one each: a hold (attach, check, detach) costs more
+            # than the queries (no network in between: other writers wait no longer)
+            with self.store.session():
+                cursor = self.store.cursor(self.account.name, folder)
+                plan = plan_folder(
+                    cursor, state, self.account.initial, reconcile=self.opts.reconcile
+                )
+                held = self._held_sample(folder, state.uidvalidity, plan)
+            plan = self._check_reassigned(state, plan, fr, held)
             fr.mode = plan.mode if not self.opts.mode_label or plan.mode != "delta" else "watch"
             fr.cursor_from = plan.cursor_from
             fr.cursor_to = plan.cursor_from
@@ -191,7 +198,11 @@ class _FolderSync:
     _SAMPLE = 5
 
     def _check_reassigned(
-        self, folder: str, state: FolderState, plan: Plan, fr: FolderReport
+        self,
+        state: FolderState,
+        plan: Plan,
+        fr: FolderReport,
+        held: dict[int, tuple[str, str, int | None]],
     ) -> Plan:
         """Before a delta (or reconcile): do the UIDs we hold still name the same messages?
 
@@ -208,10 +219,10 @@ class _FolderSync:
         store holds and loses nothing. (Leaving the cursor alone instead would
         stall the folder for good: no later run could tell it apart.) The bodies
         downloaded here count in ``fr.bodies`` and as ``bodies_checked``.
+        ``held``: what ``_held_sample`` read for this plan.
         """
-        if plan.mode not in ("delta", "reconcile") or plan.error or not plan.cursor_from:
+        if not _checks_reassigned(plan):
             return plan
-        held = self._held_sample(folder, state.uidvalidity, plan.cursor_from)
         suspects = []
         for env in self.src.envelopes(sorted(held)) if held else ():  # expunged: no evidence
             mid, sha, size = held[env.uid]
@@ -244,11 +255,16 @@ class _FolderSync:
         )
 
     def _held_sample(
-        self, folder: str, uidvalidity: int, last_uid: int
+        self, folder: str, uidvalidity: int, plan: Plan
     ) -> dict[int, tuple[str, str, int | None]]:
         """``uid -> (message_id, sha256, size)`` the store holds for a sample of the
-        folder's UIDs up to ``last_uid``: the latest content seen at each UID
-        (after a rescan a UID has two), its size None when the record is gone."""
+        folder's UIDs up to the plan's cursor: the latest content seen at each UID
+        (after a rescan a UID has two), its size None when the record is gone.
+        Empty when the plan needs no check (``_check_reassigned``)."""
+        if not _checks_reassigned(plan):
+            return {}
+        last_uid = plan.cursor_from
+        assert last_uid is not None
         # Probed, not listed: the lowest and highest UIDs and a random spread below
         # the cursor are looked up through the index on the location key, so an
         # idle sync of a folder of a million messages reads a few dozen rows.
@@ -257,7 +273,9 @@ class _FolderSync:
         spread = rng.sample(range(1, last_uid + 1), min(48, last_uid))
         probe = sorted({*ends, *spread})
         rows = self.store.locations_at(
-            self.account.name, [(folder, uidvalidity, uid, None) for uid in probe]
+            self.account.name,
+            [(folder, uidvalidity, uid, None) for uid in probe],
+            columns="uid, last_seq, vanished, message_id, sha256",
         )
         latest: dict[int, dict[str, Any]] = {}
         for r in rows:  # after a rescan a UID has two contents: the latest counts
@@ -335,8 +353,11 @@ class _FolderSync:
         # Envelopes (Message-ID, size) tell which bodies the store holds already. A
         # store that holds no message at all holds none of them: its first sync
         # fetches the bodies at once (with their INTERNALDATE), one pass, not two.
-        # (With no UID to take, as in every idle sync, the store is not asked.)
-        self._dates = bool(uids) and not self.store.holds_messages()
+        # (With no UID to take, as in every idle sync, the store is not asked; nor
+        # for a folder synced before: its delta takes envelopes first, a hold of
+        # the projections fewer, and finds a message moved from another folder.)
+        first = plan.cursor_from is None or plan.uidvalidity_changed
+        self._dates = bool(uids) and first and not self.store.holds_messages()
         if self._dates:
             envelopes = [Envelope(uid, 0, None, None) for uid in uids]
             self.src.internal_dates.clear()
@@ -608,6 +629,12 @@ class _FolderSync:
         fr.vanished += len(old)
         why = f"UIDVALIDITY changed {plan.old_uidvalidity} -> {state.uidvalidity}: old UIDs void"
         return _vanished(self.store, self.account.name, old, why)
+
+
+def _checks_reassigned(plan: Plan) -> bool:
+    """Whether ``plan`` is checked for UIDs reassigned under the same UIDVALIDITY:
+    a delta or a reconcile from a cursor, that nothing has stopped."""
+    return plan.mode in ("delta", "reconcile") and not plan.error and bool(plan.cursor_from)
 
 
 def _highest_uid(cursor: Mapping[str, Any]) -> int | None:

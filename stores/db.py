@@ -17,6 +17,7 @@ import itertools
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -115,9 +116,19 @@ class _Host:
         # the holders that want the same mode (DuckDB attaches a file once)
         self.attached: dict[str, list[Any]] = {}
         self.alias_path: dict[str, str] = {}
+        # what this instance was last set to, so that a hold repeats no SET or
+        # lookup it needs not (a query is 0.2-0.4 ms, a hold made seven)
+        self.temp: str | None = None
+        self.threads: int | None = None
 
 
 _host: _Host | None = None
+# cursor handed out by ``connect`` -> (its instance, the alias it uses): ``release``
+# finds both without asking DuckDB (a query) which database the cursor was on
+# (weak: a cursor closed without ``release`` leaves nothing behind)
+_cursors: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, tuple[_Host, str]] = (
+    weakref.WeakKeyDictionary()
+)
 # Files that could not share ``_host``: each has an instance of its own. DuckDB
 # refuses to move an instance's spill directory once a query has used it, and a
 # file's spill directory is beside it, so a process that spilled for one store
@@ -147,15 +158,17 @@ def _host_for(key: str) -> _Host:
 def _spill_beside(host: _Host, temp: str) -> bool:
     """Point ``host``'s spill directory at ``temp``; False when DuckDB refuses
     because the current one has been used."""
-    now = host.con.execute("SELECT current_setting('temp_directory')").fetchall()[0][0]
-    if now == temp:
+    if host.temp == temp:  # (set by this module, which alone sets it)
         return True
-    try:
-        host.con.execute(f"SET temp_directory = {_quote(temp)}")
-    except duckdb.Error as exc:
-        if "temporary directory" not in str(exc):
-            raise
-        return False
+    now = host.con.execute("SELECT current_setting('temp_directory')").fetchall()[0][0]
+    if now != temp:
+        try:
+            host.con.execute(f"SET temp_directory = {_quote(temp)}")
+        except duckdb.Error as exc:
+            if "temporary directory" not in str(exc):
+                raise
+            return False
+    host.temp = temp
     return True
 
 
@@ -212,23 +225,25 @@ def connect(path: Path, *, read_only: bool, timeout: float = 30.0) -> duckdb.Duc
             delay = min(delay * 2, 0.25)
     con = host.con.cursor()
     con.execute(f"USE {alias}")
-    con.execute(f"SET threads = {int(READER_THREADS if read_only else CONFIG['threads'])}")
+    threads = int(READER_THREADS if read_only else CONFIG["threads"])
+    with host.lock:
+        if host.threads != threads:  # (a global setting of the instance)
+            con.execute(f"SET threads = {threads}")
+            host.threads = threads
+        _cursors[con] = (host, alias)
     return con
 
 
 def release(con: duckdb.DuckDBPyConnection) -> None:
     """Let go of a connection from ``connect``; the file is detached (closed, its
     lock released) when its last holder lets go."""
-    try:
-        alias = con.execute("SELECT current_database()").fetchall()[0][0]
-    except duckdb.Error:
-        alias = None
+    mine = _cursors.pop(con, None)
     con.close()
-    default = _the_host()
-    with _host_lock:
-        host = next((h for h in _hosts.values() if alias in h.alias_path), default)
+    if mine is None:
+        return  # (not from ``connect``, or released already)
+    host, alias = mine
     with host.lock:
-        key = host.alias_path.get(alias) if alias else None
+        key = host.alias_path.get(alias)
         if key is None:
             return
         held = host.attached[key]

@@ -133,6 +133,59 @@ def test_an_idle_sync_reads_the_projections_only_as_it_must_and_never_writes_the
     assert asked == []
 
 
+def test_an_idle_sync_holds_the_projections_once_a_folder(
+    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each folder's cursor and the sample of held UIDs checked for reassignment are
+    # read in one hold: each hold attaches the file, checks it is current and detaches it
+    from stores import db
+
+    user, env = fastmail
+    for i in range(12):
+        user.save("INBOX", _msg(i))
+    assert env.sync("--apply", capsys=capsys)[0] == 0
+    holds: list[bool] = []
+    connect = db.connect
+
+    def counting(path: Path, *, read_only: bool, timeout: float = 30.0) -> Any:
+        holds.append(read_only)
+        return connect(path, read_only=read_only, timeout=timeout)
+
+    monkeypatch.setattr(db, "connect", counting)
+    code, report = env.sync("--apply", capsys=capsys)
+    inbox = _folder(report, "fastmail", "INBOX")
+    assert code == 0 and (inbox["mode"], inbox["new"]) == ("delta", 0)
+    assert inbox["bodies"] == 0  # the sample matched its envelopes: no body fetched
+    folders = report["accounts"]["fastmail"]["folders"]
+    assert len(folders) >= 2 and holds == [True] * len(folders)  # one read hold a folder
+
+
+def test_a_delta_of_a_synced_folder_takes_envelopes_without_asking_if_the_store_is_empty(
+    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # only a folder's first sync (no cursor) may skip the envelopes for an empty
+    # store; a delta reads them anyway, and the question would cost a hold
+    user, env = fastmail
+    for i in range(3):
+        user.save("INBOX", _msg(i))
+    assert env.sync("--apply", capsys=capsys)[0] == 0
+    user.save("INBOX", _msg(3))
+    asked: list[str] = []
+    holds_messages = MessageStore.holds_messages
+
+    def asking(store: MessageStore) -> bool:
+        asked.append("holds_messages")
+        return holds_messages(store)
+
+    monkeypatch.setattr(MessageStore, "holds_messages", asking)
+    code, report = env.sync("--apply", capsys=capsys)
+    inbox = _folder(report, "fastmail", "INBOX")
+    assert code == 0 and (inbox["mode"], inbox["new"], inbox["bodies"]) == ("delta", 1, 1)
+    assert asked == []
+    with env.open() as s:
+        assert len(s.message_ids()) == 4
+
+
 def test_uid_star_trap_cursor_at_highest_uid_reports_zero_new(
     fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
 ) -> None:
