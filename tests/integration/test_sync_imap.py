@@ -134,7 +134,9 @@ def test_an_idle_sync_reads_the_projections_only_as_it_must_and_never_writes_the
 
 
 def test_an_idle_sync_holds_the_projections_once_a_folder(
-    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    fastmail: tuple[Any, SyncEnv],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # each folder's cursor and the sample of held UIDs checked for reassignment are
     # read in one hold: each hold attaches the file, checks it is current and detaches it
@@ -161,7 +163,9 @@ def test_an_idle_sync_holds_the_projections_once_a_folder(
 
 
 def test_a_delta_of_a_synced_folder_takes_envelopes_without_asking_if_the_store_is_empty(
-    fastmail: tuple[Any, Env], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    fastmail: tuple[Any, SyncEnv],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # only a folder's first sync (no cursor) may skip the envelopes for an empty
     # store; a delta reads them anyway, and the question would cost a hold
