@@ -65,7 +65,6 @@ from pipeline.store import MessageStore
 from projections.normalize import normalize_msgid
 from stores.atomic import replace_file
 from stores.errors import ConfigError, MailledgerError
-from stores.events import MessageDeleted
 
 __all__ = [
     "Consumer",
@@ -542,13 +541,7 @@ def dispatch(
             elif res.finished:
                 store.commit(
                     [
-                        MessageDeleted(
-                            run_id=store.run_id,
-                            recorded_at=store.clock.now(),
-                            message_id=mid,
-                            actor=name,
-                            reason="dispatched",
-                        )
+                        store.events.deleted(mid, actor=name, reason="dispatched")
                         for mid in res.finished
                     ]
                 )

@@ -581,7 +581,7 @@ class Ingest:
             known_locs.add(key)
             self._ghosts.discard(p.message_id)  # stored again: an event names it
             events.append(
-                self.store.seen_event(
+                self.store.events.seen(
                     p,
                     source=self.source,
                     folder=it.folder,
@@ -601,7 +601,7 @@ class Ingest:
                 continue
             known_locs.add(key)
             events.append(
-                self.store.seen_event_from_record(
+                self.store.events.seen_again(
                     rec,
                     source=self.source,
                     folder=it.folder,

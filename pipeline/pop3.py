@@ -46,7 +46,6 @@ from pipeline.progress import NO_PROGRESS, Progress, counted
 from pipeline.reports import AccountReport, FolderReport, SyncOptions
 from pipeline.store import MessageStore
 from stores.errors import MailledgerError, SourceError, TerminalSourceError, TransientSourceError
-from stores.events import LocationVanished
 
 __all__ = [
     "FOLDER",
@@ -492,9 +491,7 @@ class _Pop3Sync:
         if gone and self.opts.apply:
             self.store.commit(
                 [
-                    LocationVanished(
-                        run_id=self.store.run_id,
-                        recorded_at=self.store.clock.now(),
+                    self.store.events.vanished(
                         source=self.account.name,
                         folder=FOLDER,
                         uidl=r["uidl"],

@@ -29,6 +29,7 @@ import duckdb
 import pyarrow as pa
 
 from pipeline.clock import Clock, SystemClock, new_run_id
+from pipeline.event_factory import EventFactory
 from pipeline.progress import NO_PROGRESS, Progress
 from projections.fold import (
     FOLD_SCHEMA,
@@ -55,13 +56,12 @@ from stores import db
 from stores.atomic import create_once, unique_name
 from stores.blobs import BlobStore
 from stores.errors import LockTimeout, LogIntegrityError, NotFoundError, UsageError
-from stores.events import Event, MessageDeleted, MessageSeen
+from stores.events import Event
 from stores.log import EventLog, read_columns
 
 if TYPE_CHECKING:
     from email.message import EmailMessage
 
-    from pipeline.parse import ParsedMessage
     from stores.purge import PurgeReport
 
 __all__ = ["MessageStore"]
@@ -109,6 +109,7 @@ class MessageStore:
         self.root = Path(root)
         self.clock: Clock = clock or SystemClock()
         self.run_id = run_id or new_run_id(self.clock)
+        self.events = EventFactory(self.clock, self.run_id)
         self.log = EventLog(self.root / "log")
         self.blobs = BlobStore(self.root / "blobs")
         self.db_path = self.root / "projections.duckdb"
@@ -424,80 +425,6 @@ class MessageStore:
             self.close()  # inside a session: give the write lock back at once
         return seq
 
-    def seen_event(
-        self,
-        parsed: ParsedMessage,
-        *,
-        source: str,
-        folder: str,
-        uidl: str | None = None,
-        uidvalidity: int | None = None,
-        uid: int | None = None,
-        internal_date: Any = None,
-    ) -> MessageSeen:
-        """A ``message-seen`` event for a parsed message at a location."""
-        return MessageSeen(
-            run_id=self.run_id,
-            recorded_at=self.clock.now(),
-            source=source,
-            folder=folder,
-            uidl=uidl,
-            uidvalidity=uidvalidity,
-            uid=uid,
-            internal_date=internal_date,
-            message_id=parsed.message_id,
-            sha256=parsed.sha256,
-            size=parsed.size,
-            headers=parsed.headers,
-            date_utc=parsed.date_utc,
-            date_offset_min=parsed.date_offset_min,
-            from_addr=parsed.from_addr,
-            to_addrs=parsed.to_addrs,
-            in_reply_to=parsed.in_reply_to,
-            references=parsed.references,
-            list_id=parsed.list_id,
-            subject=parsed.subject,
-            synthetic_id=parsed.synthetic_id,
-            defects=parsed.defects,
-        )
-
-    def seen_event_from_record(
-        self,
-        rec: dict[str, Any],
-        *,
-        source: str,
-        folder: str,
-        uidl: str | None = None,
-        uidvalidity: int | None = None,
-        uid: int | None = None,
-        internal_date: Any = None,
-    ) -> MessageSeen:
-        """A ``message-seen`` event for content the store already holds (no body needed)."""
-        return MessageSeen(
-            run_id=self.run_id,
-            recorded_at=self.clock.now(),
-            source=source,
-            folder=folder,
-            uidl=uidl,
-            uidvalidity=uidvalidity,
-            uid=uid,
-            internal_date=internal_date,
-            message_id=rec["message_id"],
-            sha256=rec["sha256"],
-            size=rec["size"],
-            headers=tuple(rec["headers"]),
-            date_utc=rec["date_utc"],
-            date_offset_min=rec["date_offset_min"],
-            from_addr=rec["from_addr"],
-            to_addrs=tuple(rec["to_addrs"] or ()),
-            in_reply_to=rec["in_reply_to"],
-            references=tuple(rec["references"] or ()),
-            list_id=rec["list_id"],
-            subject=rec["subject"],
-            synthetic_id=bool(rec["synthetic_id"]),
-            defects=tuple(rec["defects"] or ()),
-        )
-
     @_uses_db
     def holds_messages(self) -> bool:
         """True when the store holds at least one message (or has committed one
@@ -667,7 +594,7 @@ class MessageStore:
         if message_id is not None:
             parsed = dataclasses.replace(parsed, message_id=message_id, synthetic_id=True)
         self.blobs.put(raw_bytes, parsed.sha256)
-        self.commit([self.seen_event(parsed, source=source, folder=folder, uidl=uidl)])
+        self.commit([self.events.seen(parsed, source=source, folder=folder, uidl=uidl)])
         return parsed.message_id
 
     @_uses_db
@@ -677,17 +604,7 @@ class MessageStore:
         if rec is None:
             return False
         mid = rec["message_id"]
-        self.commit(
-            [
-                MessageDeleted(
-                    run_id=self.run_id,
-                    recorded_at=self.clock.now(),
-                    message_id=mid,
-                    actor=actor,
-                    reason=reason,
-                )
-            ]
-        )
+        self.commit([self.events.deleted(mid, actor=actor, reason=reason)])
         return True
 
     def _build_files(self) -> list[Path]:

@@ -44,7 +44,7 @@ from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.reports import AccountReport, FolderReport, RunReport, SyncOptions
 from pipeline.store import MessageStore
 from stores.errors import MailledgerError, SourceError
-from stores.events import CursorMoved, LocationVanished, UidvalidityChanged
+from stores.events import LocationVanished
 
 __all__ = ["Plan", "plan_folder", "sync_accounts", "wait_for_change"]
 
@@ -334,13 +334,11 @@ class _FolderSync:
         if plan.uidvalidity_changed:
             self.store.commit(
                 [
-                    UidvalidityChanged(
-                        run_id=self.store.run_id,
-                        recorded_at=self.store.clock.now(),
+                    self.store.events.uidvalidity_changed(
                         source=self.account.name,
                         folder=folder,
-                        old_uidvalidity=plan.old_uidvalidity,
-                        new_uidvalidity=state.uidvalidity,
+                        old=plan.old_uidvalidity,
+                        new=state.uidvalidity,
                         action="alarm; full rescan",
                         mode="full",
                     ),
@@ -406,9 +404,7 @@ class _FolderSync:
             or cursor_to != plan.cursor_from
         ):
             extra.append(
-                CursorMoved(
-                    run_id=self.store.run_id,
-                    recorded_at=self.store.clock.now(),
+                self.store.events.cursor_moved(
                     source=self.account.name,
                     folder=folder,
                     uidvalidity=state.uidvalidity,
@@ -664,9 +660,7 @@ def _vanished(
     """A ``location-vanished`` event for each locations row (one a location: it
     marks every content seen there before it)."""
     return [
-        LocationVanished(
-            run_id=store.run_id,
-            recorded_at=store.clock.now(),
+        store.events.vanished(
             source=account,
             folder=r["folder"],
             uidvalidity=r["uidvalidity"],

@@ -313,9 +313,9 @@ def test_locations_in_reads_a_folders_rows_alike_by_probe_and_by_one_pass(
         for uid in range(1, n + 1):
             p = dataclasses.replace(parsed, message_id=f"{folder}-{uv}-{uid}@loc")
             events.append(
-                store.seen_event(p, source="acct", folder=folder, uidvalidity=uv, uid=uid)
+                store.events.seen(p, source="acct", folder=folder, uidvalidity=uv, uid=uid)
             )
-    events.append(store.seen_event(parsed, source="other", folder="A", uidvalidity=7, uid=1))
+    events.append(store.events.seen(parsed, source="other", folder="A", uidvalidity=7, uid=1))
     events.append(
         LocationVanished(
             run_id=store.run_id,
