@@ -43,6 +43,7 @@ from typing import Any
 from pipeline.config import Account, resolve_secret, tls_context
 from pipeline.ingest import Incoming, Ingest
 from pipeline.progress import NO_PROGRESS, Progress, counted
+from pipeline.reconcile import not_on_server
 from pipeline.reports import AccountReport, FolderReport, SyncOptions
 from pipeline.store import MessageStore
 from stores.errors import MailledgerError, SourceError, TerminalSourceError, TransientSourceError
@@ -480,27 +481,21 @@ class _Pop3Sync:
 
     def _reconcile(self, entries: Sequence[Pop3Entry], fr: Pop3FolderReport) -> None:
         """Record the UIDLs on record here that the server no longer lists."""
-        on_server = {e.uidl for e in entries}
         rows = self.store.query(
-            "SELECT DISTINCT uidl, message_id FROM locations WHERE source = ? AND folder = ?"
-            " AND NOT vanished AND uidl IS NOT NULL ORDER BY uidl",
+            "SELECT DISTINCT folder, uidl, message_id FROM locations WHERE source = ?"
+            " AND folder = ? AND NOT vanished AND uidl IS NOT NULL ORDER BY uidl",
             [self.account.name, FOLDER],
         ).to_pylist()
-        gone = [r for r in rows if r["uidl"] not in on_server]
+        gone = not_on_server(
+            self.store,
+            self.account.name,
+            rows,
+            {e.uidl for e in entries},
+            key="uidl",
+            reason="reconcile: not on the POP3 server",
+            apply=self.opts.apply,
+        )
         fr.vanished += len(gone)
-        if gone and self.opts.apply:
-            self.store.commit(
-                [
-                    self.store.events.vanished(
-                        source=self.account.name,
-                        folder=FOLDER,
-                        uidl=r["uidl"],
-                        message_id=r["message_id"],
-                        reason="reconcile: not on the POP3 server",
-                    )
-                    for r in gone
-                ]
-            )
 
 
 def sync_pop3_account(

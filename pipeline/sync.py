@@ -41,6 +41,7 @@ from pipeline.ingest import Incoming, Ingest, WorkerPool, worker_pool
 from pipeline.parse import synthetic_message_id
 from pipeline.pop3 import sync_pop3_account
 from pipeline.progress import NO_PROGRESS, Progress
+from pipeline.reconcile import not_on_server, vanished_events
 from pipeline.reports import AccountReport, FolderReport, RunReport, SyncOptions
 from pipeline.store import MessageStore
 from stores.errors import MailledgerError, SourceError
@@ -595,11 +596,15 @@ class _FolderSync:
         rows = self.store.locations_in(self.account.name, [(folder, state.uidvalidity, top)])
         present = _present(rows)
         on_server = set(server_uids)
-        gone = [r for uid, r in present.items() if uid not in on_server]
-        if gone and self.opts.apply:
-            self.store.commit(
-                _vanished(self.store, self.account.name, gone, "reconcile: not on the server")
-            )
+        gone = not_on_server(
+            self.store,
+            self.account.name,
+            present.values(),
+            on_server,
+            key="uid",
+            reason="reconcile: not on the server",
+            apply=self.opts.apply,
+        )
         fr.vanished += len(gone)
         return set(present) & on_server
 
@@ -624,7 +629,7 @@ class _FolderSync:
         old = list(_present(rows).values())
         fr.vanished += len(old)
         why = f"UIDVALIDITY changed {plan.old_uidvalidity} -> {state.uidvalidity}: old UIDs void"
-        return _vanished(self.store, self.account.name, old, why)
+        return vanished_events(self.store, self.account.name, old, why)
 
 
 def _checks_reassigned(plan: Plan) -> bool:
@@ -652,24 +657,6 @@ def _present(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
         if r["uid"] not in out or r["last_seq"] > out[r["uid"]]["last_seq"]:
             out[r["uid"]] = r
     return out
-
-
-def _vanished(
-    store: MessageStore, account: str, rows: list[dict[str, Any]], reason: str
-) -> list[LocationVanished]:
-    """A ``location-vanished`` event for each locations row (one a location: it
-    marks every content seen there before it)."""
-    return [
-        store.events.vanished(
-            source=account,
-            folder=r["folder"],
-            uidvalidity=r["uidvalidity"],
-            uid=r["uid"],
-            message_id=r["message_id"],
-            reason=reason,
-        )
-        for r in sorted(rows, key=lambda r: (r["folder"], r["uidvalidity"], r["uid"]))
-    ]
 
 
 def _gone(ingest: Ingest, fr: FolderReport, n: int) -> None:
@@ -844,7 +831,7 @@ def _reconcile_gone(
         if not rows:
             continue  # marked before: nothing to say twice
         if opts.apply:
-            store.commit(_vanished(store, name, rows, "reconcile: folder not on the server"))
+            store.commit(vanished_events(store, name, rows, "reconcile: folder not on the server"))
         fr = ar.folders.get(folder) or FolderReport(folder=folder, mode="gone")
         ar.folders[folder] = fr
         fr.vanished += len(rows)
