@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from pipeline.parse import ParsedMessage
 from pipeline.prepare import Prepared, prepare, watch_parent
-from pipeline.store import MessageStore, _uses_db
+from pipeline.store import MessageStore
 from stores.events import Event
 
 __all__ = [
@@ -189,42 +189,10 @@ class _Done:
         return self._value
 
 
-# The locations of a source whose message is no longer stored. With few of them
-# (a new account, a small one) the ids they name are looked up among the stored
-# ones (a semi join built on those few); an anti join with ``messages`` would
-# build its hash table on every stored id: into 1,000,000 messages, for a source
-# with no location at all, 0.68 s and 145 MiB (the few: 0.02 s, 2 MiB). With many
-# (1,000,000 locations) the anti join is the cheaper of the two (2.4 s against 3.1 s).
-_DELETED_MANY = (
-    "SELECT folder, uidvalidity, uid, uidl, sha256 FROM locations l WHERE source = ?"
-    " AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.message_id = l.message_id)"
-)
-_DELETED_FEW = (
-    "WITH l AS (SELECT folder, uidvalidity, uid, uidl, sha256, message_id FROM locations"
-    " WHERE source = ?) SELECT folder, uidvalidity, uid, uidl, sha256 FROM l"
-    " WHERE message_id NOT IN"
-    " (SELECT message_id FROM messages WHERE message_id IN (SELECT message_id FROM l))"
-)
-_FEW_PLACES = 100_000
-
-
-@_uses_db
-def _deleted_contents(store: MessageStore, source: str) -> dict[tuple[Any, ...], set[str]]:
-    """(folder, uidvalidity, uid, uidl) -> sha256s on record at that location of
-    ``source`` for a message no longer stored (deleted, perhaps purged)."""
-    con = store._reader(stale_ok=True)
-    (n,) = con.execute("SELECT count(*) FROM locations WHERE source = ?", [source]).fetchall()[0]
-    rows = con.execute(_DELETED_FEW if n <= _FEW_PLACES else _DELETED_MANY, [source]).fetchall()
-    out: dict[tuple[Any, ...], set[str]] = {}
-    for folder, uidvalidity, uid, uidl, sha in rows:
-        out.setdefault((folder, uidvalidity, uid, uidl), set()).add(sha)
-    return out
-
-
 def _deleted_at(
     store: MessageStore, source: str, places: Sequence[tuple[Any, ...]]
 ) -> dict[tuple[Any, ...], set[str]]:
-    """``_deleted_contents`` of ``places`` only (each a (folder, uidvalidity, uid,
+    """``MessageStore.deleted_contents`` of ``places`` only (each a (folder, uidvalidity, uid,
     uidl)), probed through the indexes."""
     rows = store.locations_at(source, places, stale_ok=True)
     if not rows:
@@ -236,21 +204,6 @@ def _deleted_at(
             where = (r["folder"], r["uidvalidity"], r["uid"], r["uidl"])
             out.setdefault(where, set()).add(r["sha256"])
     return out
-
-
-@_uses_db
-def _held_shas(store: MessageStore, shas: list[str]) -> set[str]:
-    """Those of ``shas`` a stored message holds (at any location of any source)."""
-    con = store._reader(stale_ok=True)  # (what this run committed itself is known)
-    con.register("_q_sha", pa.table({"sha": pa.array(shas, pa.string())}))
-    try:
-        rows = con.execute(
-            "SELECT DISTINCT sha256 FROM locations WHERE sha256 IN (SELECT sha FROM _q_sha)"
-            " AND message_id IN (SELECT message_id FROM messages)"
-        ).fetchall()
-    finally:
-        con.unregister("_q_sha")
-    return {r[0] for r in rows}
 
 
 class Ingest:
@@ -402,7 +355,7 @@ class Ingest:
             deleted = _deleted_at(self.store, self.source, [it.where for it in items])
         else:
             if self._deleted is None:
-                self._deleted = _deleted_contents(self.store, self.source)
+                self._deleted = self.store.deleted_contents(self.source)
             deleted = self._deleted
         if not deleted:
             return None
@@ -500,7 +453,7 @@ class Ingest:
         read (see the class docstring), unless a stored message holds them now."""
         unwanted, self._unwanted = sorted(self._unwanted), set()
         try:
-            keep = _held_shas(self.store, unwanted)
+            keep = self.store.held_shas(unwanted)
         except Exception as exc:  # (the projections are busy): never erase in doubt
             log.warning("%d blobs of deleted messages left in place (%s)", len(unwanted), exc)
             return

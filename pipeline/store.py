@@ -100,6 +100,25 @@ def _uses_db(fn: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
+# The locations of a source whose message is no longer stored. With few of them
+# (a new account, a small one) the ids they name are looked up among the stored
+# ones (a semi join built on those few); an anti join with ``messages`` would
+# build its hash table on every stored id: into 1,000,000 messages, for a source
+# with no location at all, 0.68 s and 145 MiB (the few: 0.02 s, 2 MiB). With many
+# (1,000,000 locations) the anti join is the cheaper of the two (2.4 s against 3.1 s).
+_DELETED_MANY = (
+    "SELECT folder, uidvalidity, uid, uidl, sha256 FROM locations l WHERE source = ?"
+    " AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.message_id = l.message_id)"
+)
+_DELETED_FEW = (
+    "WITH l AS (SELECT folder, uidvalidity, uid, uidl, sha256, message_id FROM locations"
+    " WHERE source = ?) SELECT folder, uidvalidity, uid, uidl, sha256 FROM l"
+    " WHERE message_id NOT IN"
+    " (SELECT message_id FROM messages WHERE message_id IN (SELECT message_id FROM l))"
+)
+_FEW_PLACES = 100_000
+
+
 class MessageStore:
     """A mail store backed by an event log; open it with ``MessageStore.open(path)``."""
 
@@ -424,6 +443,36 @@ class MessageStore:
         if self._held:
             self.close()  # inside a session: give the write lock back at once
         return seq
+
+    @_uses_db
+    def deleted_contents(self, source: str) -> dict[tuple[Any, ...], set[str]]:
+        """(folder, uidvalidity, uid, uidl) -> sha256s on record at that location of
+        ``source`` for a message no longer stored (deleted, perhaps purged). Read
+        as a writer that remembers what it committed itself (``stale_ok``)."""
+        con = self._reader(stale_ok=True)
+        (n,) = con.execute("SELECT count(*) FROM locations WHERE source = ?", [source]).fetchall()[
+            0
+        ]
+        sql = _DELETED_FEW if n <= _FEW_PLACES else _DELETED_MANY
+        out: dict[tuple[Any, ...], set[str]] = {}
+        for folder, uidvalidity, uid, uidl, sha in con.execute(sql, [source]).fetchall():
+            out.setdefault((folder, uidvalidity, uid, uidl), set()).add(sha)
+        return out
+
+    @_uses_db
+    def held_shas(self, shas: list[str]) -> set[str]:
+        """Those of ``shas`` a stored message holds (at any location of any source),
+        as a writer that remembers what it committed itself sees them."""
+        con = self._reader(stale_ok=True)
+        con.register("_q_sha", pa.table({"sha": pa.array(shas, pa.string())}))
+        try:
+            rows = con.execute(
+                "SELECT DISTINCT sha256 FROM locations WHERE sha256 IN (SELECT sha FROM _q_sha)"
+                " AND message_id IN (SELECT message_id FROM messages)"
+            ).fetchall()
+        finally:
+            con.unregister("_q_sha")
+        return {r[0] for r in rows}
 
     @_uses_db
     def holds_messages(self) -> bool:

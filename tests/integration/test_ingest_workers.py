@@ -19,6 +19,7 @@ import pytest
 
 import stores.blobs
 from pipeline import ingest as ingest_mod
+from pipeline import store as store_mod
 from pipeline.cli import main
 from pipeline.importers import import_maildir, import_mbox
 from pipeline.ingest import Incoming, Ingest, Prepared, prepare
@@ -159,7 +160,7 @@ def test_a_blob_a_worker_wrote_for_a_message_deleted_meanwhile_is_erased(
         sha = st.get("secret@x")["sha256"]  # type: ignore[index]
         st.delete("secret@x")
         st.purge()
-        monkeypatch.setattr(ingest_mod, "_deleted_contents", lambda store, source: {})
+        monkeypatch.setattr(MessageStore, "deleted_contents", lambda store, source: {})
         again = import_maildir(st, root, workers=workers)
         assert not st.blobs.has(sha), "an erased message's bytes came back"
         assert (again.bodies_fetched, again.known_skipped, again.events) == (0, 3, 0)
@@ -439,7 +440,7 @@ def test_the_deleted_contents_of_a_source_are_read_either_way(
 ) -> None:
     """A source's locations whose message is no longer stored, read by the query for
     a few locations or by the one for many; another source's are not."""
-    monkeypatch.setattr(ingest_mod, "_FEW_PLACES", few)
+    monkeypatch.setattr(store_mod, "_FEW_PLACES", few)
     root = _erasable(tmp_path)
     with _open(tmp_path / "store") as st:
         import_maildir(st, root)
@@ -448,9 +449,9 @@ def test_the_deleted_contents_of_a_source_are_read_either_way(
         (source,) = {r["source"] for r in st.query("SELECT source FROM locations").to_pylist()} - {
             "other"
         }
-        assert ingest_mod._deleted_contents(st, source) == {}
+        assert st.deleted_contents(source) == {}
         st.delete("secret@x")
         st.delete("other@x")
-        got = ingest_mod._deleted_contents(st, source)
+        got = st.deleted_contents(source)
         assert sorted(got.values(), key=repr) == [{sha}, {sha}] and len(got) == 2
-        assert ingest_mod._deleted_contents(st, "nobody") == {}
+        assert st.deleted_contents("nobody") == {}
