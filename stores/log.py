@@ -702,7 +702,7 @@ class EventLog:
                 if len(group) < 2:
                     continue
                 table = pa.concat_tables(
-                    [self._read_checked(f) for f in group]
+                    [self.read_checked(f) for f in group]
                 ).replace_schema_metadata(None)
                 self._write(table, group[0].first, group[-1].last)
                 for f in group:
@@ -712,7 +712,13 @@ class EventLog:
             self._remove_covered()
             return before, len(self.files())
 
-    def _read_checked(self, f: LogFile, doing: str = "compacting") -> pa.Table:
+    def tidy(self) -> None:
+        """Remove what a crashed writer or compaction left: temporary files, and
+        small files a merged one covers. The caller holds ``lock()``."""
+        self._remove_leftovers()
+        self._remove_covered()
+
+    def read_checked(self, f: LogFile, doing: str = "compacting") -> pa.Table:
         """File ``f``'s rows, refused when they no longer match its digest or name.
 
         Compaction and purge write a fresh digest; rewriting an altered file

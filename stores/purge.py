@@ -238,8 +238,7 @@ def purge_log(
     """
     report = PurgeReport()
     with log.lock():
-        log._remove_leftovers()
-        log._remove_covered()
+        log.tidy()
         plan = _read_journal(journal)
         if plan is not None:
             report.resumed = True
@@ -294,7 +293,7 @@ def purge_log(
             for f in log.files():
                 if f.first > last_seq:
                     break
-                table = log._read_checked(f, doing="purging").cast(SCHEMA)
+                table = log.read_checked(f, doing="purging").cast(SCHEMA)
                 new, hits = _erase_rows(table, victims, last_seq)
                 if hits:
                     log.rewrite(f, new)
