@@ -241,7 +241,7 @@ _BODY_HEAD = re.compile(rb"\d+ \((.*)BODY\[\] \{(\d+)\}", re.DOTALL)
 _BODY_ITEM = re.compile(rb'UID (\d+) |INTERNALDATE "([^"]*)" ')
 
 
-def _bodies_fast(data: list[Any]) -> list[tuple[int, bytes, bytes | None]] | None:
+def bodies_fast(data: list[Any]) -> list[tuple[int, bytes, bytes | None]] | None:
     """(UID, body, INTERNALDATE text) of each answer in imaplib's ``data``, when every
     answer has the common shape above; None otherwise (anything else: unsolicited
     FLAGS, other items, another order), and imapclient's parser reads it all.
@@ -485,7 +485,7 @@ class ImapSource:
         raw = self._call("UID FETCH BODY.PEEK[]", self._fetch_raw, uids, items)
         wanted = set(uids)
         out = {}
-        fast = _bodies_fast(raw)
+        fast = bodies_fast(raw)
         if fast is not None:
             for uid, body, idate in fast:
                 if uid in wanted:  # (not an unsolicited answer for another message)

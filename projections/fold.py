@@ -544,7 +544,7 @@ def _exact_components(c: duckdb.DuckDBPyConnection, edges: str) -> None:
     """``_bulk_components`` on the ids themselves (two ids share a hash)."""
     stored = c.sql("SELECT message_id FROM _new").to_arrow_table().column("message_id")
     found = c.sql(f"SELECT child, parent FROM {edges}").to_arrow_table()
-    nodes, labels = _components(stored, found.column("child"), found.column("parent"))
+    nodes, labels = components(stored, found.column("child"), found.column("parent"))
     c.register("_nodes", pa.table({"message_id": nodes, "thread_id": labels}))
     c.execute("INSERT INTO thread_nodes SELECT message_id, thread_id FROM _nodes")
     c.unregister("_nodes")
@@ -987,7 +987,7 @@ def _refresh_threads(
         edges = con.sql(_EDGES_OF.format(src="_stored")).to_arrow_table()
     finally:
         con.unregister("_stored")
-    nodes, labels = _components(
+    nodes, labels = components(
         stored.column("message_id"), edges.column("child"), edges.column("parent")
     )
     con.register("_nodes", pa.table({"message_id": nodes, "thread_id": labels}))
@@ -1018,7 +1018,7 @@ def thread_counts(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
     return _meta(con, "threads") or 0, _meta(con, "ghosts") or 0
 
 
-def _components(stored: Any, children: Any, parents: Any) -> tuple[pa.Array, pa.Array]:
+def components(stored: Any, children: Any, parents: Any) -> tuple[pa.Array, pa.Array]:
     """Connected components of the graph whose nodes are ``stored`` and the edges'
     ends: (the nodes sorted, the smallest id of each one's component).
 

@@ -294,11 +294,11 @@ def test_vectorized_components_equal_a_plain_union_find(
     (code point order, non-ASCII ids included), exactly as a textbook union-find."""
     import pyarrow as pa
 
-    from projections.fold import _components
+    from projections.fold import components
 
     children = [c for c, _ in edges]
     parents = [p for _, p in edges]
-    nodes, labels = _components(
+    nodes, labels = components(
         pa.array(stored, pa.string()),
         pa.array(children, pa.string()),
         pa.array(parents, pa.string()),

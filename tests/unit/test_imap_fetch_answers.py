@@ -13,7 +13,7 @@ import pytest
 from imapclient.response_parser import parse_fetch_response
 
 from pipeline.config import load_config, resolve_secret
-from pipeline.imap import ImapSource, _bodies_fast
+from pipeline.imap import ImapSource, bodies_fast
 
 BODY = b"From: a@example.org\r\nSubject: hi\r\n\r\nbody\r\n"
 
@@ -29,12 +29,12 @@ def test_the_common_shape_is_read_in_either_order_of_its_items() -> None:
         (_head(2, 'INTERNALDATE "10-Mar-2024 01:00:00 +0100" UID 9', longer), longer), b")",
         (_head(3, "UID 12", b""), b""), b")",
     ]  # fmt: skip
-    assert _bodies_fast(data) == [
+    assert bodies_fast(data) == [
         (7, BODY, b"09-Mar-2024 23:30:05 +0000"),
         (9, BODY + b"x", b"10-Mar-2024 01:00:00 +0100"),
         (12, b"", None),
     ]
-    assert _bodies_fast([]) == []
+    assert bodies_fast([]) == []
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_the_common_shape_is_read_in_either_order_of_its_items() -> None:
     ids=["none", "unsolicited", "after-literal", "other-item", "size", "no-uid", "unclosed"],
 )
 def test_any_other_shape_is_left_to_imapclient(data: list[Any]) -> None:
-    assert _bodies_fast(data) is None
+    assert bodies_fast(data) is None
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def source(imap_user: Callable[[str], Any], tmp_path: Path) -> ImapSource:
 
 def test_dovecots_answers_read_the_same_both_ways(source: ImapSource) -> None:
     raw = source._fetch_raw([1, 2, 3, 4, 5], ["BODY.PEEK[]", "INTERNALDATE"])
-    fast = _bodies_fast(raw)
+    fast = bodies_fast(raw)
     assert fast is not None and [uid for uid, _, _ in fast] == [1, 2, 3, 4, 5]
     slow = parse_fetch_response(raw, False, True)
     assert {uid: body for uid, body, _ in fast} == {u: d[b"BODY[]"] for u, d in slow.items()}
