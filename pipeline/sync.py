@@ -684,7 +684,7 @@ def _chunks(envs: list[Envelope]) -> list[list[Envelope]]:
 # -- accounts -------------------------------------------------------------------
 
 
-def _fold_every(saved: int, events: int) -> int:
+def sync_fold_every(saved: int, events: int) -> int:
     """How many events a sync commits between folds, into a store of ``events``
     whose own setting is ``saved`` (a smaller one is kept)."""
     if saved < _FOLD_EVERY:
@@ -709,7 +709,7 @@ def sync_accounts(
     report = RunReport(run_id=store.run_id if store else "measure", applied=opts.apply)
     saved = store.fold_every if store else 0
     if store is not None:
-        store.fold_every = _fold_every(saved, store.log.last_seq())
+        store.fold_every = sync_fold_every(saved, store.log.last_seq())
     try:
         with worker_pool(opts.workers if opts.apply else 0) as pool:
             for name, account in config.accounts.items():
