@@ -9,6 +9,8 @@ caller reaches for a clock or a run id of its own.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from pipeline.clock import Clock
@@ -24,6 +26,13 @@ if TYPE_CHECKING:  # (the parser's modules: only commands that parse import them
     from pipeline.parse import ParsedMessage
 
 __all__ = ["EventFactory"]
+
+#: What a ``message-seen`` event says of the content (the rest is its place).
+_CONTENT = (
+    "message_id", "sha256", "size", "headers", "date_utc", "date_offset_min", "from_addr",
+    "to_addrs", "in_reply_to", "references", "list_id", "subject", "synthetic_id", "defects",
+)  # fmt: skip
+_LISTS = ("headers", "to_addrs", "references", "defects")
 
 
 class EventFactory:
@@ -45,6 +54,7 @@ class EventFactory:
         internal_date: Any = None,
     ) -> MessageSeen:
         """A ``message-seen`` event for a parsed message at a location."""
+        content = {name: getattr(parsed, name) for name in _CONTENT}
         return MessageSeen(
             run_id=self.run_id,
             recorded_at=self.clock.now(),
@@ -54,25 +64,12 @@ class EventFactory:
             uidvalidity=uidvalidity,
             uid=uid,
             internal_date=internal_date,
-            message_id=parsed.message_id,
-            sha256=parsed.sha256,
-            size=parsed.size,
-            headers=parsed.headers,
-            date_utc=parsed.date_utc,
-            date_offset_min=parsed.date_offset_min,
-            from_addr=parsed.from_addr,
-            to_addrs=parsed.to_addrs,
-            in_reply_to=parsed.in_reply_to,
-            references=parsed.references,
-            list_id=parsed.list_id,
-            subject=parsed.subject,
-            synthetic_id=parsed.synthetic_id,
-            defects=parsed.defects,
+            **content,
         )
 
     def seen_again(
         self,
-        rec: dict[str, Any],
+        rec: Mapping[str, Any],
         *,
         source: str,
         folder: str,
@@ -81,30 +78,20 @@ class EventFactory:
         uid: int | None = None,
         internal_date: Any = None,
     ) -> MessageSeen:
-        """A ``message-seen`` event for content the store already holds (no body needed)."""
-        return MessageSeen(
-            run_id=self.run_id,
-            recorded_at=self.clock.now(),
+        """A ``message-seen`` event for content the store already holds (``rec``: its
+        ``known_records`` row; no body needed)."""
+        content = {name: rec[name] for name in _CONTENT}
+        for name in _LISTS:
+            content[name] = tuple(content[name] or ())
+        content["synthetic_id"] = bool(content["synthetic_id"])
+        return self.seen(
+            SimpleNamespace(**content),  # type: ignore[arg-type]
             source=source,
             folder=folder,
             uidl=uidl,
             uidvalidity=uidvalidity,
             uid=uid,
             internal_date=internal_date,
-            message_id=rec["message_id"],
-            sha256=rec["sha256"],
-            size=rec["size"],
-            headers=tuple(rec["headers"]),
-            date_utc=rec["date_utc"],
-            date_offset_min=rec["date_offset_min"],
-            from_addr=rec["from_addr"],
-            to_addrs=tuple(rec["to_addrs"] or ()),
-            in_reply_to=rec["in_reply_to"],
-            references=tuple(rec["references"] or ()),
-            list_id=rec["list_id"],
-            subject=rec["subject"],
-            synthetic_id=bool(rec["synthetic_id"]),
-            defects=tuple(rec["defects"] or ()),
         )
 
     def deleted(self, message_id: str, *, actor: str, reason: str) -> MessageDeleted:
