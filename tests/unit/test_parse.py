@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pipeline.parse import ParsedMessage, parse_message, synthetic_message_id
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "notmuch"
+CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpora" / "notmuch"
 
 PLAIN = (
     b"Return-Path: <joe@example.com>\r\n"
