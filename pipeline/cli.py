@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import output
+from pipeline.bootstrap import App
 from pipeline.progress import Progress, progress_for
 from pipeline.verbosity import LogSetup, progress_wanted
 from stores.errors import (
@@ -136,15 +137,10 @@ def _resolve_store(args: argparse.Namespace) -> None:
 
 
 def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
-    from pipeline.store import MessageStore
-
     budget = _memory(args)  # (a bad size is a usage error before anything is opened)
     if budget is None:
         budget = getattr(args, "config_memory", None)  # [store] memory
-    store = MessageStore.open(args.store, create=create)
-    if budget is not None:
-        store.memory_budget = budget
-    return store
+    return args.app.open_store(args.store, create=create, memory=budget)
 
 
 # -- commands ------------------------------------------------------------------
@@ -286,10 +282,9 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from pipeline.store import MessageStore
 
     progress = _progress(args)
-    with MessageStore.open(args.store, create=False, check=False) as store:  # lists every problem
+    with args.app.open_store(args.store, check=False) as store:  # lists every problem
         try:
             problems = store.verify(blobs=not args.no_blobs, progress=progress)
         finally:
@@ -352,7 +347,6 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
     from pipeline.config import default_config_path, load_config
     from pipeline.reports import SyncOptions
-    from pipeline.store import MessageStore
     from pipeline.sync import sync_accounts, wait_for_change
 
     env = args.env
@@ -390,23 +384,30 @@ def cmd_sync(args: argparse.Namespace) -> int:
             signal.signal(sig, lambda *_: stop.set())
 
     code = EXIT_OK
+    first = True
     while True:
+        if not first:
+            args.app = args.app.next_run()  # (a watch cycle is a run of its own)
+        first = False
         if opts.measure:
-            report = sync_accounts(None, config, env, opts, emit=emit, only=only)
+            report = sync_accounts(
+                None, config, env, opts, emit=emit, only=only, sources=args.app.sources
+            )
         elif opts.apply:
-            with MessageStore.open(store_path, create=True) as store:
-                budget = _memory(args) or config.store_memory
-                if budget is not None:
-                    store.memory_budget = budget
+            budget = _memory(args) or config.store_memory
+            with args.app.open_store(store_path, create=True, memory=budget) as store:
                 report = sync_accounts(
-                    store, config, env, opts, emit=emit, only=only, progress=progress
-                )
+                    store, config, env, opts, emit=emit, only=only, progress=progress,
+                    sources=args.app.sources,
+                )  # fmt: skip
         else:  # dry run: read the cursors if a store exists, write nothing anywhere
             with tempfile.TemporaryDirectory(prefix="mailledger-dry-") as tmp:
                 exists = (Path(store_path) / "store.json").exists()
                 where = Path(store_path) if exists else Path(tmp) / "store"
-                with MessageStore.open(where, create=not exists) as store:
-                    report = sync_accounts(store, config, env, opts, emit=emit, only=only)
+                with args.app.open_store(where, create=not exists) as store:
+                    report = sync_accounts(
+                        store, config, env, opts, emit=emit, only=only, sources=args.app.sources
+                    )
         code = EXIT_ERROR if report.failed else EXIT_ALARM if report.alarms else EXIT_OK
         result = _with_exit(report.as_dict(), code)
         # each ALARM was printed once, where it was raised: the summary counts them
@@ -417,19 +418,18 @@ def cmd_sync(args: argparse.Namespace) -> int:
             failed=code != EXIT_OK,
         )
         if metrics_file and opts.apply:
-            from pipeline.clock import SystemClock
             from pipeline.metrics import write_metrics  # (prometheus-client: 50 ms of imports)
 
             private = os.umask(getattr(args, "umask", 0o022))  # node_exporter must read it
             try:
-                write_metrics(Path(metrics_file), result, SystemClock().now())
+                write_metrics(Path(metrics_file), result, args.app.now())
             finally:
                 os.umask(private)
         if args.json:
             output.print_json(result)
         if not args.watch or stop.is_set():
             break
-        why = wait_for_change(config, env, args.interval, stop, only=only)
+        why = wait_for_change(config, env, args.interval, stop, only=only, sources=args.app.sources)
         emit(f"watch: woke up ({why})")
         if stop.is_set():
             break
@@ -439,13 +439,12 @@ def cmd_sync(args: argparse.Namespace) -> int:
 def cmd_dispatch(args: argparse.Namespace) -> int:
     from pipeline.config import default_config_path, load_config
     from pipeline.dispatch import dispatch, parse_dispatch
-    from pipeline.store import MessageStore
 
     env = args.env
     config = load_config(args.config or default_config_path(env), env)
     dcfg = parse_dispatch(config.dispatch, config.path, env)
     store_path = args.store or config.store_path or default_store_path(env)
-    with MessageStore.open(store_path, create=False) as store:
+    with args.app.open_store(store_path) as store:
         report = dispatch(store, dcfg, dry_run=args.dry_run, consumer=args.consumer)
     code = EXIT_ERROR if report.failed else EXIT_OK
     out = sys.stderr if args.json else sys.stdout
@@ -810,6 +809,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         args = build_parser(env).parse_args(argv)
         args.env = env
+        args.app = App(env)  # the run: its clock, run id, stores and sources
         args.umask = umask
         logs = LogSetup(args.log_level)  # the verbosity contract: pipeline/verbosity.py
         if args.fn not in (cmd_sync, cmd_dispatch, cmd_completion, cmd_man):

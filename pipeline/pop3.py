@@ -505,7 +505,7 @@ def sync_pop3_account(
     opts: SyncOptions,
     *,
     emit: Callable[[str], None],
-    source_factory: Callable[[Account, str], Pop3Source] = Pop3Source,
+    source_factory: Callable[[Account, str], Pop3Source],
     progress: Progress = NO_PROGRESS,
 ) -> AccountReport:
     """Sync one POP3 account; every failure is confined to its report."""

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.bootstrap import Sources
 from pipeline.config import Account, Config, InitialMode, resolve_secret
 from pipeline.imap import (
     Envelope,
@@ -700,11 +701,12 @@ def sync_accounts(
     *,
     emit: Callable[[str], None],
     only: set[str] | None = None,
-    source_factory: Callable[[Account, str], ImapSource] = ImapSource,
+    sources: Sources,
     progress: Progress = NO_PROGRESS,
 ) -> RunReport:
     """Sync every configured IMAP and POP3 account (failures isolated per account).
 
+    ``sources``: how each kind of server is reached (``App.sources``).
     ``progress``: told of each folder's bodies to fetch, as they arrive."""
     report = RunReport(run_id=store.run_id if store else "measure", applied=opts.apply)
     saved = store.fold_every if store else 0
@@ -716,7 +718,7 @@ def sync_accounts(
                 if only and name not in only:
                     continue
                 _sync_account(
-                    store, name, account, env, opts, report, emit, source_factory, pool, progress
+                    store, name, account, env, opts, report, emit, sources, pool, progress
                 )
     finally:
         if store is not None:
@@ -732,13 +734,13 @@ def _sync_account(
     opts: SyncOptions,
     report: RunReport,
     emit: Callable[[str], None],
-    source_factory: Callable[[Account, str], ImapSource],
+    sources: Sources,
     pool: WorkerPool | None,
     progress: Progress = NO_PROGRESS,
 ) -> None:
     if account.type == "pop3":
         report.accounts[name] = sync_pop3_account(
-            store, account, env, opts, emit=emit, progress=progress
+            store, account, env, opts, emit=emit, source_factory=sources.pop3, progress=progress
         )
         return
     if account.type != "imap":
@@ -747,7 +749,7 @@ def _sync_account(
     report.accounts[name] = ar
     try:
         secret = resolve_secret(account, env)
-        with source_factory(account, secret) as src:
+        with sources.imap(account, secret) as src:
             listed = src.list_folders()
             folders = select_folders(listed, account.folders, account.exclude)
             _report_missing(name, account, listed, ar, emit)
@@ -848,7 +850,7 @@ def wait_for_change(
     stop: Any,
     *,
     only: set[str] | None = None,
-    source_factory: Callable[[Account, str], ImapSource] = ImapSource,
+    sources: Sources,
 ) -> str:
     """Between two watch cycles: IDLE on the first IMAP account's first folder
     until the server reports a change, ``seconds`` pass or ``stop`` is set;
@@ -862,7 +864,7 @@ def wait_for_change(
     )
     if account is not None:
         try:
-            with source_factory(account, resolve_secret(account, env)) as src:
+            with sources.imap(account, resolve_secret(account, env)) as src:
                 folders = select_folders(src.list_folders(), account.folders, account.exclude)
                 # where new mail lands first: INBOX, else Gmail's \All, else the first folder
                 folders.sort(key=lambda f: (f.name.upper() != "INBOX", "\\All" not in f.attributes))

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from pipeline.bootstrap import App
 from pipeline.config import load_config
 from pipeline.progress import NO_PROGRESS, TerminalProgress, progress_for
 from pipeline.reports import SyncOptions
@@ -342,7 +343,7 @@ def test_first_sync_of_a_large_folder_on_a_slow_link_advances_every_fetch_batch(
         with MessageStore.open(tmp_path / "store") as store:
             report = sync_accounts(
                 store, config, dovecot.password_env(), SyncOptions(apply=True),
-                emit=lambda _: None, progress=rec,
+                emit=lambda _: None, progress=rec, sources=App(dovecot.password_env()).sources,
             )  # fmt: skip
         assert sum(1 for f in proxy.fired if f.fault.kind == "stall") == _INBOX // 100
     assert not report.failed and not report.alarms, report.as_dict()
@@ -370,7 +371,7 @@ def test_first_sync_fetched_by_workers_advances_per_worker_batch(
     with MessageStore.open(tmp_path / "store") as store:
         report = sync_accounts(
             store, config, dovecot.password_env(), SyncOptions(apply=True, workers=2),
-            emit=lambda _: None, progress=rec,
+            emit=lambda _: None, progress=rec, sources=App(dovecot.password_env()).sources,
         )  # fmt: skip
     assert not report.failed and not report.alarms, report.as_dict()
     steps = [n for _, k, n in rec.calls if k == "advance"]
@@ -416,7 +417,7 @@ def test_pop3_download_advances_message_by_message(
     with MessageStore.open(tmp_path / "store") as store:
         report = sync_accounts(
             store, config, dovecot.password_env(), SyncOptions(apply=True),
-            emit=lambda _: None, progress=rec,
+            emit=lambda _: None, progress=rec, sources=App(dovecot.password_env()).sources,
         )  # fmt: skip
     assert not report.failed and not report.alarms, report.as_dict()
     assert [(k, v) for _, k, v in rec.calls] == [
