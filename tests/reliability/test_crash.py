@@ -135,6 +135,27 @@ def _run_import(store: Path, maildir: Path) -> str:
     return text
 
 
+def _timed_import(store: Path, maildir: Path) -> tuple[float, float, float]:
+    """Run an import to its end, watching its log: (how long it took, when its
+    first batch was committed, when its last one was), seconds from its start."""
+    out = store.parent / f"{store.name}.out"
+    t0 = time.monotonic()
+    proc = _spawn(store, maildir, out)
+    seen, first, last = 0, None, 0.0
+    try:
+        while proc.poll() is None:
+            n = len(list((store / "log").glob("*.parquet"))) if (store / "log").is_dir() else 0
+            if n > seen:
+                seen, last = n, time.monotonic() - t0
+                first = last if first is None else first
+            time.sleep(0.002)
+        duration = time.monotonic() - t0
+    finally:
+        _reap(proc)
+    assert proc.returncode == 0, out.read_text()
+    return duration, (first if first is not None else 0.0), last
+
+
 def _check_crashed_store(store: Path, source: Source) -> int:
     """The checks after a kill; returns the number of messages the store holds."""
     if not (store / "store.json").exists():  # killed before it made the store
@@ -179,10 +200,12 @@ def _check_finished_store(store: Path, source: Source) -> None:
 def test_an_import_killed_at_any_moment_leaves_a_whole_store_that_a_rerun_completes(
     source: Source, tmp_path: Path
 ) -> None:
-    # one uninterrupted run: how long an import takes (process start included)
-    t0 = time.monotonic()
-    _run_import(tmp_path / "reference", source.root)
-    duration = time.monotonic() - t0
+    # one uninterrupted run: how long an import takes (process start included), and
+    # when it commits. An import spends most of its time starting up and building
+    # its projections at the end; its batches are committed in a short window
+    # between (the faster the commits, the shorter), where a kill must also land.
+    duration, first_commit, last_commit = _timed_import(tmp_path / "reference", source.root)
+    window = (max(0.0, first_commit - 0.05), min(duration, last_commit + 0.05))
 
     rng = random.Random(SEED)
     stores = 0
@@ -200,7 +223,8 @@ def test_an_import_killed_at_any_moment_leaves_a_whole_store_that_a_rerun_comple
     # at least TRIALS trials, and more (up to 3x) until 3 kills have landed mid-import:
     # on a busy machine most of an import's time is interpreter start-up
     while (trial := trial + 1) < TRIALS or (len(partial()) < 3 and trial < 3 * TRIALS):
-        delay = rng.uniform(0.0, duration)
+        # any moment on even trials; within the commit window on odd ones
+        delay = rng.uniform(0.0, duration) if trial % 2 == 0 else rng.uniform(*window)
         out = tmp_path / f"trial-{trial}.out"
         proc = _spawn(store, source.root, out)
         try:
@@ -219,7 +243,8 @@ def test_an_import_killed_at_any_moment_leaves_a_whole_store_that_a_rerun_comple
             history.append(f"{store.name} finished within {delay:.2f}s")
         except AssertionError as exc:
             raise AssertionError(
-                f"trial {trial} (import takes {duration:.2f}s; so far: {history}): {exc}"
+                f"trial {trial} (import takes {duration:.2f}s, commits within"
+                f" {window[0]:.2f}-{window[1]:.2f}s; so far: {history}): {exc}"
             ) from exc
         stores += 1
         store = tmp_path / f"store-{stores}"
@@ -227,7 +252,10 @@ def test_an_import_killed_at_any_moment_leaves_a_whole_store_that_a_rerun_comple
     if store.exists():
         _run_import(store, source.root)
         _check_finished_store(store, source)
-    assert len(partial()) >= 3, f"too few kills landed mid-import: {history}"
+    assert len(partial()) >= 3, (
+        f"too few kills landed mid-import (commits within {window[0]:.2f}-{window[1]:.2f}s"
+        f" of {duration:.2f}s): {history}"
+    )
 
 
 def test_a_killed_import_leaves_no_process_behind(source: Source, tmp_path: Path) -> None:
