@@ -53,7 +53,7 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
     ("where", "line", "contract"),
     [
         ("stores/errors.py", "import projections.tables", "layers"),
-        ("projections/normalize.py", "import pipeline.parse", "layers"),
+        ("projections/normalize/__init__.py", "import pipeline.parse", "layers"),
         ("pipeline/pop3.py", "import pipeline.cli", "sources never import the command line"),
         ("stores/log.py", "import testkit.corpus", "the product never imports the test kit"),
     ],
