@@ -60,7 +60,6 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import show_value
-from pipeline.output import plain
 from pipeline.store import MessageStore
 from projections.normalize import normalize_msgid
 from stores.atomic import replace_file
@@ -427,29 +426,6 @@ class DispatchReport:
             "checkpoint_from": self.checkpoint_from,
             "checkpoint_to": self.checkpoint_to,
         }
-
-    def lines(self) -> list[str]:
-        out = []
-        for h in self.handlers.values():
-            text = f"dispatch {h.handler}: given={len(h.given)}"
-            if not self.dry_run:
-                text += f" finished={len(h.finished)}"
-                if self.consumer is None:
-                    text += f" deleted={h.deleted}"
-            if h.ignored:
-                text += f" ignored_unknown_ids={len(h.ignored)}"
-            if h.error:
-                text += f" FAILED: {h.error}"
-            out.append(text)
-        if self.unrouted:
-            what = "acknowledged, not handed over" if self.consumer else "they stay"
-            out.append(f"unrouted: {len(self.unrouted)} (no route, no default; {what})")
-        if self.consumer is not None:
-            out.append(
-                f"consumer {self.consumer}: checkpoint"
-                f" {plain(self.checkpoint_from)}->{plain(self.checkpoint_to)}"
-            )
-        return out
 
 
 def _route(
