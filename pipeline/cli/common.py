@@ -1,5 +1,5 @@
-"""What the commands share: where the store is, how it is opened, the progress
-display, the version, and the argument types of more than one command."""
+"""What the commands share: where the store is, how it is opened (with its memory
+budget), the progress display and the version."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ __all__ = ["add_completion", "add_man"]
 def cmd_completion(args: argparse.Namespace) -> int:
     import shtab
 
-    parser = args.parser
+    parser: argparse.ArgumentParser = args.parser
     todo = [parser]
     while todo:  # every parser's paths: shtab's completers (imported here only: 20 ms)
         for action in todo.pop()._actions:
@@ -32,7 +32,7 @@ def cmd_completion(args: argparse.Namespace) -> int:
 def cmd_man(args: argparse.Namespace) -> int:
     from argparse_manpage.manpage import Manpage
 
-    parser = args.parser
+    parser: argparse.ArgumentParser = args.parser
     # the global options once, at the top, not again under every command
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):

@@ -3,7 +3,7 @@
 0 success; 1 an error of any message, folder or account, or an unbalanced run;
 2 a usage or configuration error; 3 completed, but an ALARM was raised; 130
 interrupted. The library reports what happened; only the command line turns
-that into a code (exceptions are mapped in ``pipeline.cli.main``).
+that into a code (exceptions are mapped in ``main``, ``pipeline.cli.entry``).
 """
 
 from __future__ import annotations

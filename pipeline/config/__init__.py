@@ -39,7 +39,12 @@ File shape (keys may be added, never renamed)::
                                    # quarter of the machine, at most 1 GiB)
     [metrics]
     file = "/var/lib/node-exporter/mailledger.prom"
-    [dispatch]                     # kept as a raw table for the dispatcher
+    [dispatch]                     # kept raw; checked by the dispatch command
+                                   # (pipeline.config.dispatch)
+
+The modules: ``model`` the objects, ``loading`` the file read into them,
+``accounts`` one account table checked, ``credentials`` the password and the
+TLS context, ``reading`` what they share, ``dispatch`` the ``[dispatch]`` table.
 """
 
 from pipeline.config.credentials import is_loopback, resolve_secret, tls_context

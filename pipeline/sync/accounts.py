@@ -12,21 +12,21 @@ from collections.abc import Callable, Mapping
 
 from pipeline.bootstrap import Sources
 from pipeline.config import Account, Config, resolve_secret
-from pipeline.imap import (
+from pipeline.ingest import WorkerPool, worker_pool
+from pipeline.progress import NO_PROGRESS, Progress
+from pipeline.reports import AccountReport, FolderReport, RunReport, SyncOptions
+from pipeline.store import MessageStore
+from pipeline.sync.folder import FolderSync
+from pipeline.sync.plan import highest_uid, present_locations
+from pipeline.sync.sources import (
     FolderInfo,
     gone_folders,
     missing_attributes,
     missing_folders,
     select_folders,
+    sync_pop3_account,
+    vanished_events,
 )
-from pipeline.ingest import WorkerPool, worker_pool
-from pipeline.pop3 import sync_pop3_account
-from pipeline.progress import NO_PROGRESS, Progress
-from pipeline.reconcile import vanished_events
-from pipeline.reports import AccountReport, FolderReport, RunReport, SyncOptions
-from pipeline.store import MessageStore
-from pipeline.sync.folder import FolderSync
-from pipeline.sync.plan import highest_uid, present_locations
 from stores.errors import MailledgerError, SourceError
 
 __all__ = ["sync_accounts", "sync_fold_every"]

@@ -10,11 +10,17 @@ from collections import deque
 from typing import Any
 
 from pipeline.config import Account
-from pipeline.imap import Envelope, FolderState, ImapSource
-from pipeline.imap_fetch import Fetched, fetch_bodies, fetch_prepared
 from pipeline.ingest import Incoming, Ingest, WorkerPool
 from pipeline.progress import Progress
 from pipeline.reports import FolderReport
+from pipeline.sync.sources import (
+    Envelope,
+    Fetched,
+    FolderState,
+    ImapSource,
+    fetch_bodies,
+    fetch_prepared,
+)
 
 __all__ = ["WORKER_FETCH_MIN", "BodyFetch", "gone", "incoming_at"]
 

@@ -15,17 +15,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pipeline.config import Account
-from pipeline.imap import Envelope, FolderState, ImapSource
 from pipeline.ingest import Ingest, WorkerPool
 from pipeline.progress import NO_PROGRESS, Progress
-from pipeline.reconcile import not_on_server, vanished_events
 from pipeline.reports import AccountReport, FolderReport, SyncOptions
 from pipeline.store import MessageStore
 from pipeline.sync.fetch import WORKER_FETCH_MIN, BodyFetch, gone, incoming_at
 from pipeline.sync.plan import Plan, highest_uid, plan_folder, present_locations
 from pipeline.sync.reassigned import check_reassigned, held_sample
+from pipeline.sync.sources import Envelope, FolderState, ImapSource, not_on_server, vanished_events
 from stores.errors import SourceError
-from stores.events import LocationVanished
+from stores.events import Event, LocationVanished
 
 __all__ = ["FolderSync"]
 
@@ -116,7 +115,7 @@ class FolderSync:
         if plan.mode == "reconcile":
             known_here = self._reconcile_vanished(folder, state, plan, uids, fr)
             uids = [u for u in uids if u not in known_here]
-        old_gone = self._old_uidvaliditygone(folder, state, plan, cursor, fr)
+        old_gone = self._old_uidvalidity_gone(folder, state, plan, cursor, fr)
         if self.opts.limit is not None:
             uids = uids[: self.opts.limit]
         fr.new = len(uids)
@@ -138,33 +137,10 @@ class FolderSync:
                 ]
             )
         ingest = Ingest(self.store, self.account.name, batch_size=500, network=True, pool=self.pool)
-        # Envelopes (Message-ID, size) tell which bodies the store holds already. A
-        # store that holds no message at all holds none of them: its first sync
-        # fetches the bodies at once (with their INTERNALDATE), one pass, not two.
-        # (With no UID to take, as in every idle sync, the store is not asked; nor
-        # for a folder synced before: its delta takes envelopes first, a hold of
-        # the projections fewer, and finds a message moved from another folder.)
+        # (a first sync into a store that holds no message: no envelopes first)
         first = plan.cursor_from is None or plan.uidvalidity_changed
         dates = bool(uids) and first and not self.store.holds_messages()
-        if dates:
-            envelopes = [Envelope(uid, 0, None, None) for uid in uids]
-            self.src.internal_dates.clear()
-        else:
-            envelopes = list(self.src.envelopes(uids))
-        by_uid = {e.uid: e for e in envelopes}
-        gone(ingest, fr, len([u for u in uids if u not in by_uid]))
-        owners: dict[str, str] = {}
-        asked = [(e.message_id, e.size) for e in envelopes if e.message_id is not None]
-        known = self.store.known_records(asked, owners=owners)
-        # (the projections that answered held the log up to this seq, if any)
-        ingest.absent((i for i, _ in asked if i not in owners), self.store.caught_up_seq)
-        to_fetch: list[Envelope] = []
-        for env in envelopes:
-            rec = known.get((env.message_id, env.size)) if env.message_id else None
-            if rec is not None:
-                ingest.offer_known(rec, incoming_at(folder, state, env))
-            else:
-                to_fetch.append(env)
+        to_fetch = self._offer_known(folder, state, uids, ingest, fr, dates=dates)
         if len(to_fetch) < WORKER_FETCH_MIN:
             # a few bodies (a cron delta, a rescan's stragglers) are parsed here:
             # starting the worker processes would cost more (0.4-0.5 s)
@@ -197,8 +173,65 @@ class FolderSync:
         for uid in failed:
             ingest.error(f"{self.account.name} {folder} uid={uid}", "FETCH failed")
         fr.failed_uids = sorted(failed)
+        ingest.flush(self._cursor_moved(folder, state, plan, uids, failed, fr))
+        c = ingest.counts
+        fr.bodies, fr.known, fr.errors = fr.bodies + c.bodies_fetched, c.known_skipped, c.errors
+        self.report.counts.add(c)
+
+    def _offer_known(
+        self,
+        folder: str,
+        state: FolderState,
+        uids: list[int],
+        ingest: Ingest,
+        fr: FolderReport,
+        *,
+        dates: bool,
+    ) -> list[Envelope]:
+        """Offer ``ingest`` the messages of ``uids`` the store holds already (a
+        location each, no body); return the envelopes of those to fetch. ``dates``:
+        no envelopes are read (a first sync into an empty store): every UID is
+        fetched, its INTERNALDATE with its body."""
+        # Envelopes (Message-ID, size) tell which bodies the store holds already. A
+        # store that holds no message at all holds none of them: its first sync
+        # fetches the bodies at once (with their INTERNALDATE), one pass, not two.
+        # (With no UID to take, as in every idle sync, the store is not asked; nor
+        # for a folder synced before: its delta takes envelopes first, a hold of
+        # the projections fewer, and finds a message moved from another folder.)
+        if dates:
+            envelopes = [Envelope(uid, 0, None, None) for uid in uids]
+            self.src.internal_dates.clear()
+        else:
+            envelopes = list(self.src.envelopes(uids))
+        by_uid = {e.uid: e for e in envelopes}
+        gone(ingest, fr, len([u for u in uids if u not in by_uid]))
+        owners: dict[str, str] = {}
+        asked = [(e.message_id, e.size) for e in envelopes if e.message_id is not None]
+        known = self.store.known_records(asked, owners=owners)
+        # (the projections that answered held the log up to this seq, if any)
+        ingest.absent((i for i, _ in asked if i not in owners), self.store.caught_up_seq)
+        to_fetch: list[Envelope] = []
+        for env in envelopes:
+            rec = known.get((env.message_id, env.size)) if env.message_id else None
+            if rec is not None:
+                ingest.offer_known(rec, incoming_at(folder, state, env))
+            else:
+                to_fetch.append(env)
+        return to_fetch
+
+    def _cursor_moved(
+        self,
+        folder: str,
+        state: FolderState,
+        plan: Plan,
+        uids: list[int],
+        failed: list[int],
+        fr: FolderReport,
+    ) -> list[Event]:
+        """The ``cursor-moved`` event this folder's run ends with, if the cursor
+        moves (or is set for the first time); committed with the last messages."""
         cursor_to = self._cursor_to(plan, state, uids, failed)
-        extra = []
+        extra: list[Event] = []
         if (
             plan.cursor_from is None
             or plan.uidvalidity_changed
@@ -218,10 +251,7 @@ class FolderSync:
                 )
             )
             fr.cursor_to = cursor_to
-        ingest.flush(extra)
-        c = ingest.counts
-        fr.bodies, fr.known, fr.errors = fr.bodies + c.bodies_fetched, c.known_skipped, c.errors
-        self.report.counts.add(c)
+        return extra
 
     def _cursor_to(self, plan: Plan, state: FolderState, uids: list[int], failed: list[int]) -> int:
         """Where the cursor may go: across the contiguous prefix of durable UIDs only."""
@@ -278,7 +308,7 @@ class FolderSync:
         fr.vanished += len(gone)
         return set(present) & on_server
 
-    def _old_uidvaliditygone(
+    def _old_uidvalidity_gone(
         self,
         folder: str,
         state: FolderState,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.config import InitialMode
-from pipeline.imap import FolderState
+from pipeline.sync.sources import FolderState
 
 __all__ = ["Plan", "checks_reassigned", "highest_uid", "plan_folder", "present_locations"]
 

@@ -8,11 +8,10 @@ import hashlib
 import random
 from typing import Any
 
-from pipeline.imap import FolderState, ImapSource
-from pipeline.parse import synthetic_message_id
 from pipeline.reports import AccountReport, FolderReport
 from pipeline.store import MessageStore
 from pipeline.sync.plan import Plan, checks_reassigned
+from pipeline.sync.sources import FolderState, ImapSource, synthetic_message_id
 
 __all__ = ["check_reassigned", "held_sample"]
 

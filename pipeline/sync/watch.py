@@ -9,7 +9,7 @@ from typing import Any
 
 from pipeline.bootstrap import Sources
 from pipeline.config import Config, resolve_secret
-from pipeline.imap import select_folders
+from pipeline.sync.sources import select_folders
 from stores.errors import MailledgerError
 
 __all__ = ["wait_for_change"]
