@@ -21,6 +21,8 @@ _MAX_PASSES = 4
 
 def _fold_once(text: str) -> str:
     decomposed = unicodedata.normalize("NFKD", text.casefold())
+    if decomposed.isascii():  # nothing combining to drop: skip the walk over each character
+        return decomposed
     return "".join(c for c in decomposed if not unicodedata.combining(c))
 
 
@@ -30,6 +32,8 @@ def fold(text: str) -> str:
     Idempotent: ``fold(fold(t)) == fold(t)``. ``"Motörhead"`` -> ``"motorhead"``,
     ``"Straße"`` -> ``"strasse"``.
     """
+    if text.isascii():  # most mail text: casefold is lower() there, and NFKD changes nothing
+        return text.lower()
     for _ in range(_MAX_PASSES):
         folded = _fold_once(text)
         if folded == text:
