@@ -4,6 +4,13 @@ reason it cannot see the use. vulture matches attributes by name, anywhere.
 
 # ruff: noqa: B018
 
+from html.parser import HTMLParser
+
+from argparse_manpage.manpage import Manpage
+from tqdm import tqdm
+
+import pipeline
+from pipeline.reports import FolderReport
 from stores.blobs import BlobStore
 from stores.events import CursorMoved, Event, MessageSeen, UidvalidityChanged
 from stores.purge import PurgeReport
@@ -28,3 +35,21 @@ BlobStore.location
 
 # The modes a cursor moves in: the event strategies of the test kit draw from it.
 CursorMoved.MODES
+
+# The module-level attribute hook (PEP 562): Python calls it for a missing name.
+pipeline.__getattr__
+
+# Callbacks the standard library's HTMLParser calls (pipeline/render.py).
+HTMLParser.handle_starttag
+HTMLParser.handle_endtag
+HTMLParser.handle_data
+
+# A class attribute tqdm reads on the bar's subclass (pipeline/progress.py):
+# 0 turns its monitor thread off.
+tqdm.monitor_interval
+
+# Read by argparse-manpage when it prints the page (pipeline/cli/docs.py).
+Manpage.manual
+
+# Reaches the JSON report through ``as_dict()``; tests assert it.
+FolderReport.bytes_fetched
