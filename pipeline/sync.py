@@ -27,7 +27,13 @@ from typing import Any
 
 from pipeline.bootstrap import Sources
 from pipeline.config import Account, Config, InitialMode, resolve_secret
-from pipeline.imap import (
+from pipeline.ingest import Incoming, Ingest, WorkerPool, worker_pool
+from pipeline.parse import synthetic_message_id
+from pipeline.pop3_sync import sync_pop3_account
+from pipeline.progress import NO_PROGRESS, Progress
+from pipeline.reconcile import not_on_server, vanished_events
+from pipeline.reports import AccountReport, FolderReport, RunReport, SyncOptions
+from pipeline.sources.imap import (
     Envelope,
     FolderInfo,
     FolderState,
@@ -37,13 +43,7 @@ from pipeline.imap import (
     missing_folders,
     select_folders,
 )
-from pipeline.imap_fetch import Fetched, fetch_bodies, fetch_prepared
-from pipeline.ingest import Incoming, Ingest, WorkerPool, worker_pool
-from pipeline.parse import synthetic_message_id
-from pipeline.pop3 import sync_pop3_account
-from pipeline.progress import NO_PROGRESS, Progress
-from pipeline.reconcile import not_on_server, vanished_events
-from pipeline.reports import AccountReport, FolderReport, RunReport, SyncOptions
+from pipeline.sources.imap.fetch import Fetched, fetch_bodies, fetch_prepared
 from pipeline.store import MessageStore
 from stores.errors import MailledgerError, SourceError
 from stores.events import LocationVanished
