@@ -1,6 +1,7 @@
 """The IMAP socket shell: one connection for one account, moving UIDs,
-envelopes and bodies; knows nothing of the store, and reads no answer itself
-(``imap.response`` does).
+envelopes and bodies; knows nothing of the store, and reads no answer itself:
+``imap.response`` reads LIST and FETCH from the bytes imaplib hands over, and
+what imapclient made of EXAMINE and STATUS; SEARCH is imapclient's.
 
 Read-only always: folders are opened with EXAMINE and bodies fetched with
 ``BODY.PEEK[]``, so a sync never sets ``\\Seen``. Every call that fails on the
