@@ -4,6 +4,7 @@ socket into envelopes, bodies, folders and folder states."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -177,6 +178,25 @@ def test_the_fast_reading_leaves_any_other_shape_alone(data: list[Any]) -> None:
 def test_the_fast_reading_never_raises(data: list[Any]) -> None:
     got = bodies_fast(data)
     assert got is None or all(isinstance(uid, int) for uid, _, _ in got)
+
+
+_ATOMS = [
+    b"UID", b"7", b"abc", b"-1", b"NIL", b"(", b")", b"{3}", b"RFC822.SIZE", b"INTERNALDATE",
+    b'"x"', b'"09-Mar-2024 23:30:05 +0000"', b"BODY[]", b"BODY[HEADER.FIELDS (MESSAGE-ID)]",
+]  # fmt: skip
+_LINE = st.lists(st.sampled_from(_ATOMS), max_size=8).map(lambda xs: b"1 (" + b" ".join(xs) + b")")
+
+
+@given(
+    st.lists(
+        st.one_of(_LINE, st.binary(max_size=20), st.tuples(_LINE, st.binary(max_size=10))),
+        max_size=3,
+    )
+)
+def test_an_answer_is_read_or_refused_as_out_of_step_never_anything_else(data: list[Any]) -> None:
+    for read in (read_envelopes, read_bodies, folder_infos):
+        with contextlib.suppress(ProtocolError):
+            read(data)
 
 
 # -- folders ------------------------------------------------------------------------

@@ -6,20 +6,22 @@ tuple) or, for EXAMINE and STATUS, as imapclient has read it, and returns what
 the sync needs: folders, a folder's state, envelopes, bodies. Servers write
 the same answer in the different ways RFC 3501 allows (Dovecot, Cyrus, Courier,
 Exchange, Gmail); every reading here takes them all. Anything unreadable raises
-imapclient's ``ProtocolError``, which the shell (``imap.client``) takes for a
-stream out of step.
+imapclient's ``ProtocolError`` and nothing else, which the shell
+(``imap.client``) takes for a stream out of step.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from imapclient.datetime_util import parse_to_datetime
+from imapclient.exceptions import ProtocolError
 from imapclient.imap_utf7 import decode as decode_utf7
 from imapclient.response_parser import parse_fetch_response, parse_response
 
@@ -152,15 +154,29 @@ def _internaldate(text: bytes | None) -> datetime | None:
         return None
 
 
+@contextmanager
+def _unreadable(what: str) -> Iterator[None]:
+    """An answer whose items are not what RFC 3501 says (a size that is no number,
+    an item name that is a list...) is unreadable: ``ProtocolError``, whatever
+    imapclient's parser or a conversion here raised on it."""
+    try:
+        yield
+    except (ValueError, TypeError, AttributeError, IndexError) as exc:
+        raise ProtocolError(f"unreadable {what} answer: {type(exc).__name__}: {exc}") from exc
+
+
 def read_envelopes(data: list[Any]) -> dict[int, Envelope]:
     """The envelopes in the answer to a UID FETCH of ``ENVELOPE_ASK``, by UID
     (unsolicited answers for other messages included: the caller picks)."""
     out: dict[int, Envelope] = {}
-    for uid, got in parse_fetch_response(data, False, True).items():
-        items = fetch_items(got)
-        header = items.get(_MSGID_FIELD) or b""
-        mid = normalize_msgid(_header_text(bytes(header)).partition(":")[2]) if header else None
-        out[uid] = Envelope(uid, int(items.get(_SIZE) or 0), mid, _utc(items.get(_INTERNALDATE)))
+    with _unreadable("FETCH"):
+        # (UID-keyed, INTERNALDATEs with their offset)
+        for uid, got in parse_fetch_response(data, False, True).items():
+            items = fetch_items(got)
+            header = items.get(_MSGID_FIELD) or b""
+            mid = normalize_msgid(_header_text(bytes(header)).partition(":")[2]) if header else None
+            size = int(items.get(_SIZE) or 0)
+            out[uid] = Envelope(uid, size, mid, _utc(items.get(_INTERNALDATE)))
     return out
 
 
@@ -216,10 +232,11 @@ def read_bodies(data: list[Any]) -> dict[int, tuple[bytes, datetime | None]]:
     if fast is not None:
         return {uid: (body, _internaldate(date)) for uid, body, date in fast}
     out: dict[int, tuple[bytes, datetime | None]] = {}
-    for uid, got in parse_fetch_response(data, False, True).items():
-        items = fetch_items(got)
-        if items.get(_BODY) is not None:
-            out[uid] = (bytes(items[_BODY]), _utc(items.get(_INTERNALDATE)))
+    with _unreadable("FETCH"):
+        for uid, got in parse_fetch_response(data, False, True).items():
+            items = fetch_items(got)
+            if items.get(_BODY) is not None:
+                out[uid] = (bytes(items[_BODY]), _utc(items.get(_INTERNALDATE)))
     return out
 
 
@@ -234,13 +251,14 @@ def folder_infos(data: Sequence[Any]) -> list[FolderInfo]:
     """The folders of a LIST answer, in the server's order: names decoded from
     modified UTF-7 (RFC 3501 5.1.3), a name the server quoted as a number kept
     as its text, a name sent as a literal read like any other."""
-    rows = parse_response([item for item in data if item not in (b"", None)])
     out: list[FolderInfo] = []
-    for i in range(0, len(rows) - 2, 3):
-        flags, name = rows[i], rows[i + 2]
-        text = str(name) if isinstance(name, int) else decode_utf7(name)
-        attributes = frozenset(_str(a) for a in flags) if isinstance(flags, tuple) else frozenset()
-        out.append(FolderInfo(text, attributes))
+    with _unreadable("LIST"):
+        rows = parse_response([item for item in data if item not in (b"", None)])
+        for i in range(0, len(rows) - 2, 3):
+            flags, name = rows[i], rows[i + 2]
+            text = str(name) if isinstance(name, int) else decode_utf7(name)
+            attrs = frozenset(_str(a) for a in flags) if isinstance(flags, tuple) else frozenset()
+            out.append(FolderInfo(text, attrs))
     return out
 
 
