@@ -18,8 +18,8 @@ from pipeline.clock import Clock, SystemClock, new_run_id
 
 if TYPE_CHECKING:
     from pipeline.config import Account
-    from pipeline.imap import ImapSource
-    from pipeline.pop3 import Pop3Source
+    from pipeline.sources.imap import ImapSource
+    from pipeline.sources.pop3 import Pop3Source
     from pipeline.store import MessageStore
 
 __all__ = ["App", "Sources"]
@@ -59,8 +59,8 @@ class App:
         imapclient cost a reading command 50 ms it does not need)."""
         if self._sources is not None:
             return self._sources
-        from pipeline.imap import ImapSource
-        from pipeline.pop3 import Pop3Source
+        from pipeline.sources.imap import ImapSource
+        from pipeline.sources.pop3 import Pop3Source
 
         return Sources(imap=ImapSource, pop3=Pop3Source)
 

@@ -10,7 +10,6 @@ caller reaches for a clock or a run id of its own.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from pipeline.clock import Clock
@@ -54,7 +53,6 @@ class EventFactory:
         internal_date: Any = None,
     ) -> MessageSeen:
         """A ``message-seen`` event for a parsed message at a location."""
-        content = {name: getattr(parsed, name) for name in _CONTENT}
         return MessageSeen(
             run_id=self.run_id,
             recorded_at=self.clock.now(),
@@ -64,7 +62,20 @@ class EventFactory:
             uidvalidity=uidvalidity,
             uid=uid,
             internal_date=internal_date,
-            **content,
+            message_id=parsed.message_id,
+            sha256=parsed.sha256,
+            size=parsed.size,
+            headers=parsed.headers,
+            date_utc=parsed.date_utc,
+            date_offset_min=parsed.date_offset_min,
+            from_addr=parsed.from_addr,
+            to_addrs=parsed.to_addrs,
+            in_reply_to=parsed.in_reply_to,
+            references=parsed.references,
+            list_id=parsed.list_id,
+            subject=parsed.subject,
+            synthetic_id=parsed.synthetic_id,
+            defects=parsed.defects,
         )
 
     def seen_again(
@@ -80,12 +91,14 @@ class EventFactory:
     ) -> MessageSeen:
         """A ``message-seen`` event for content the store already holds (``rec``: its
         ``known_records`` row; no body needed)."""
+        from pipeline.parse import ParsedMessage  # (a sync parses anyway)
+
         content = {name: rec[name] for name in _CONTENT}
         for name in _LISTS:
             content[name] = tuple(content[name] or ())
         content["synthetic_id"] = bool(content["synthetic_id"])
         return self.seen(
-            SimpleNamespace(**content),  # type: ignore[arg-type]
+            ParsedMessage(**content),
             source=source,
             folder=folder,
             uidl=uidl,

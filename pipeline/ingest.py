@@ -134,7 +134,7 @@ class WorkerPool(Executor):
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         if self._pool is None:
             ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(["pipeline.prepare", "pipeline.imap_fetch"])
+            ctx.set_forkserver_preload(["pipeline.prepare", "pipeline.sources.imap.fetch"])
             self._pool = ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=ctx,

@@ -2,7 +2,7 @@
 ingest, run by worker processes when there is a pool.
 
 This module and what it imports (the parser, the blob store, the IMAP client for
-``pipeline.imap_fetch``) load neither pyarrow nor DuckDB: a worker process
+``pipeline.sources.imap.fetch``) load neither pyarrow nor DuckDB: a worker process
 started from it takes about 25 MB and 0.1 s instead of 85 MB and 0.35 s. A test
 keeps it so.
 """

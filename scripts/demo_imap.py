@@ -12,7 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.importers import iter_maildir, iter_mbox
+from pipeline.sources.maildir import iter_maildir
+from pipeline.sources.mbox import iter_mbox
 from testkit.dovecot import Dovecot, find_dovecot
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1084,12 +1084,13 @@ class Dovecot:
         user: str | None = None,
         protocol: str | None = None,
         timeout: float = 5.0,
-        begun: bool = False,
+        begun: bool = True,
     ) -> list[Session]:
-        """The sessions that ended after ``mark`` (of ``user``/``protocol``), waiting
-        until at least ``count`` of them have. ``begun``: only those that also
-        logged in after ``mark`` (Dovecot may log the end of a session a client
-        already left after a mark taken just then: on a loaded machine it does)."""
+        """The sessions that began and ended after ``mark`` (of ``user``/``protocol``),
+        waiting until at least ``count`` of them have: what the caller's own run
+        did. Dovecot may log the end of a session a client already left after a
+        mark taken just then (on a loaded machine it does): ``begun=False`` counts
+        those too."""
 
         def pick(text: str) -> list[Session]:
             started = {m["session"] for m in _LOGIN.finditer(text)} if begun else None
@@ -1216,8 +1217,20 @@ class MailUser:
     def client_lines(self) -> list[str]:
         return self.dv.client_lines(self.name)
 
-    def sessions_since(self, mark: int, count: int = 1, **kw: object) -> list[Session]:
-        return self.dv.sessions_since(mark, count, user=self.name, **kw)  # type: ignore[arg-type]
+    def sessions_since(
+        self,
+        mark: int,
+        count: int = 1,
+        *,
+        protocol: str | None = None,
+        timeout: float = 5.0,
+        begun: bool = True,
+    ) -> list[Session]:
+        """This user's sessions that began and ended after ``mark`` (see
+        :meth:`Dovecot.sessions_since`)."""
+        return self.dv.sessions_since(
+            mark, count, user=self.name, protocol=protocol, timeout=timeout, begun=begun
+        )
 
 
 def iter_messages(

@@ -19,8 +19,9 @@ __all__ = ["add_compact", "add_delete", "add_import", "add_replay", "add_verify"
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from pipeline.gdbm_import import import_gdbm
-    from pipeline.importers import check_maildir, import_maildir, import_mbox
+    from pipeline.sources.gdbm import import_gdbm
+    from pipeline.sources.maildir import check_maildir, import_maildir
+    from pipeline.sources.mbox import import_mbox
 
     if args.kind == "maildir":
         check_maildir(Path(args.path).resolve())  # (refused before a store is made for it)

@@ -79,7 +79,7 @@ class Account:
     key it is :data:`DEFAULT_EXCLUDE` minus the attributes ``folders`` asks for,
     so a fetcher takes what matches ``folders`` and does not match ``exclude``
     (a folder named by its name is taken whatever its attributes; see
-    ``pipeline.imap.select_folders``).
+    ``pipeline.sources.imap.select_folders``).
     A POP3 account has ``folders == ("INBOX",)`` and no exclusions.
 
     ``insecure`` only permits ``tls = "none"`` to a host that is not loopback;

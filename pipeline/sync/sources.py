@@ -3,7 +3,10 @@ the IMAP source and its folder facts, the workers' fetch, the POP3 account sync,
 the one reconcile, and the parser's synthetic Message-ID rule. Where the sources
 live is written in this file alone."""
 
-from pipeline.imap import (
+from pipeline.parse import synthetic_message_id
+from pipeline.pop3_sync import sync_pop3_account
+from pipeline.reconcile import not_on_server, vanished_events
+from pipeline.sources.imap import (
     Envelope,
     FolderInfo,
     FolderState,
@@ -13,10 +16,7 @@ from pipeline.imap import (
     missing_folders,
     select_folders,
 )
-from pipeline.imap_fetch import Fetched, fetch_bodies, fetch_prepared
-from pipeline.parse import synthetic_message_id
-from pipeline.pop3 import sync_pop3_account
-from pipeline.reconcile import not_on_server, vanished_events
+from pipeline.sources.imap.fetch import Fetched, fetch_bodies, fetch_prepared
 
 __all__ = [
     "Envelope",

@@ -39,7 +39,7 @@ def test_the_next_run_has_its_own_id_and_the_same_clock_and_sources(tmp_path: Pa
 
 
 def test_the_real_sources_are_the_imap_and_pop3_clients() -> None:
-    from pipeline.imap import ImapSource
-    from pipeline.pop3 import Pop3Source
+    from pipeline.sources.imap import ImapSource
+    from pipeline.sources.pop3 import Pop3Source
 
     assert App({}).sources == Sources(imap=ImapSource, pop3=Pop3Source)

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from pipeline.cli import main
-from pipeline.gdbm_import import import_gdbm, iter_gdbm, legacy_bytes, synthetic_uidl_id
-from pipeline.importers import import_maildir
+from pipeline.sources.gdbm import import_gdbm, iter_gdbm, legacy_bytes, synthetic_uidl_id
+from pipeline.sources.maildir import import_maildir
 from pipeline.store import MessageStore
 from testkit.gdbm import have_gnu, make_gdbm
 

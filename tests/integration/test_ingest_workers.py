@@ -21,8 +21,9 @@ import stores.blobs
 from pipeline import ingest as ingest_mod
 from pipeline import store as store_mod
 from pipeline.cli import main
-from pipeline.importers import import_maildir, import_mbox
 from pipeline.ingest import Incoming, Ingest, Prepared, prepare
+from pipeline.sources.maildir import import_maildir
+from pipeline.sources.mbox import import_mbox
 from pipeline.store import MessageStore
 from stores.blobs import fs as blob_fs
 
@@ -281,7 +282,7 @@ _HEAVY = "sorted(m for m in __import__('sys').modules if m in ('pyarrow', 'duckd
 def test_a_worker_process_loads_neither_pyarrow_nor_duckdb() -> None:
     """What a worker runs (fetch, parse, compress, store) needs neither library, and
     each would cost every worker (and the fork server) tens of MB and its import time."""
-    from pipeline.imap_fetch import fetch_prepared
+    from pipeline.sources.imap.fetch import fetch_prepared
 
     with ingest_mod.worker_pool(1) as pool:
         assert pool is not None
@@ -289,8 +290,8 @@ def test_a_worker_process_loads_neither_pyarrow_nor_duckdb() -> None:
         # the worker has what it runs (these are the callables the pool is given)
         loaded = "sorted(m for m in __import__('sys').modules if m.startswith('pipeline.'))"
         in_worker = set(pool.submit(eval, loaded).result())
-        assert {"pipeline.imap_fetch", "pipeline.prepare"} <= in_worker
-    assert fetch_prepared.__module__ == "pipeline.imap_fetch"
+        assert {"pipeline.sources.imap.fetch", "pipeline.prepare"} <= in_worker
+    assert fetch_prepared.__module__ == "pipeline.sources.imap.fetch"
     assert prepare.__module__ == "pipeline.prepare"
     # and this process, which commits, does load them: the check above is not vacuous
     assert eval(_HEAVY) == ["duckdb", "pyarrow"]

@@ -27,7 +27,7 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.config import load_config, resolve_secret
-from pipeline.imap import ImapSource, fetch_item_key, fetch_items
+from pipeline.sources.imap import ImapSource, fetch_item_key, fetch_items
 from pipeline.store import MessageStore
 from testkit.faultproxy import Fault, FaultProxy, quote_fields
 

@@ -278,7 +278,7 @@ class Recorder:
 
 
 def test_import_mbox_counts_the_bytes_of_the_file_message_by_message(store: MessageStore) -> None:
-    from pipeline.importers import import_mbox
+    from pipeline.sources.mbox import import_mbox
 
     mbox = REPO / "fixtures" / "lists.mbox"
     rec = Recorder()
@@ -293,7 +293,7 @@ def test_import_mbox_counts_the_bytes_of_the_file_message_by_message(store: Mess
 
 
 def test_import_gdbm_counts_its_records(store: MessageStore, tmp_path: Path) -> None:
-    from pipeline.gdbm_import import import_gdbm
+    from pipeline.sources.gdbm import import_gdbm
     from testkit.gdbm import have_gnu, make_gdbm
 
     path = make_gdbm(tmp_path / "mail.gdbm", [(f"u{i}".encode(), _message(i)) for i in range(7)])

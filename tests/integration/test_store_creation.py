@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.importers import import_maildir
+from pipeline.sources.maildir import import_maildir
 from pipeline.store import MessageStore
 from stores.errors import UsageError
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from pipeline import imap
-from pipeline.imap import FolderInfo
 from pipeline.parse import parse_message
+from pipeline.sources import imap
+from pipeline.sources.imap import FolderInfo
 from pipeline.store import MessageStore
 from stores.events import CursorMoved, Event, LocationVanished
 from testkit.cli import SyncEnv
@@ -107,11 +107,11 @@ def test_the_default_scope_takes_every_folder_but_junk_trash_and_drafts(
 def test_selection_rules_on_a_listing() -> None:
     """Names beat attribute exclusions; a name in ``exclude`` beats everything."""
     listing = [
-        FolderInfo("INBOX", frozenset(), "."),
-        FolderInfo("INBOX.Sent", frozenset({"\\Sent"}), "."),
-        FolderInfo("INBOX.Trash", frozenset({"\\Trash"}), "."),
-        FolderInfo("INBOX.Junk", frozenset({"\\Junk"}), "."),
-        FolderInfo("INBOX.Lists", frozenset({"\\Noselect"}), "."),
+        FolderInfo("INBOX", frozenset()),
+        FolderInfo("INBOX.Sent", frozenset({"\\Sent"})),
+        FolderInfo("INBOX.Trash", frozenset({"\\Trash"})),
+        FolderInfo("INBOX.Junk", frozenset({"\\Junk"})),
+        FolderInfo("INBOX.Lists", frozenset({"\\Noselect"})),
     ]
 
     def names(wanted: tuple[str, ...], exclude: tuple[str, ...] = _DEFAULT_EXCLUDE) -> list[str]:
@@ -296,9 +296,9 @@ def test_a_failed_list_never_marks_a_folder_gone(
 
 
 def test_a_list_without_inbox_is_not_taken_for_every_folder_gone() -> None:
-    listing = [FolderInfo("Archive", frozenset({"\\Archive"}), "/")]
+    listing = [FolderInfo("Archive", frozenset({"\\Archive"}))]
     assert imap.gone_folders(listing, ["INBOX", "Projects"]) == []
-    listing.append(FolderInfo("inbox", frozenset(), "/"))
+    listing.append(FolderInfo("inbox", frozenset()))
     assert imap.gone_folders(listing, ["INBOX", "Projects", "Archive"]) == ["Projects"]
 
 

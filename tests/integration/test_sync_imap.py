@@ -220,7 +220,7 @@ def test_one_delivered_message_costs_exactly_one_body(
     inbox = _folder(report, "fastmail", "INBOX")
     assert code == 0 and (inbox["new"], inbox["bodies"], inbox["cursor_to"]) == (1, 1, 5)
     # (this run's session only: the first sync's logout may be logged after the mark)
-    [session] = user.sessions_since(mark, begun=True)
+    [session] = user.sessions_since(mark)
     assert session.body_count == 1
     assert session.body_bytes == len(raw)
 

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.cli import main
-from pipeline.pop3 import Pop3Entry, Pop3Source, plan_pop3, trim_terminator
+from pipeline.sources.pop3 import Pop3Entry, Pop3Source, plan_pop3, trim_terminator
 from pipeline.store import MessageStore
 
 pytestmark = pytest.mark.usefixtures("dovecot")

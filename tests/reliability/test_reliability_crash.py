@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.importers import import_maildir
+from pipeline.sources.maildir import import_maildir
 from pipeline.store import MessageStore
 from torture import crash
 

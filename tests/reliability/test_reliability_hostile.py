@@ -195,7 +195,7 @@ def test_a_utf8_message_id_is_known_from_its_envelope(
     archive = run.folder(drv.account, "Archive")
     assert (archive["known"], archive["bodies"]) == (1, 0)
     # (the session of this run only: the first sync's may end after the mark)
-    sessions = user.sessions_since(mark, 1, begun=True)
+    sessions = user.sessions_since(mark, 1)
     assert sessions and sum(s.body_count for s in sessions) == 0
 
 
@@ -223,5 +223,5 @@ def test_a_message_whose_id_only_the_server_finds_is_confirmed_without_its_body(
         assert run.code == 0
         assert run.folder(drv.account, "INBOX")["bodies"] == 0
     # (the sessions of the three idle runs: the first sync's may end after the mark)
-    idle = user.sessions_since(mark, 3, begun=True)
+    idle = user.sessions_since(mark, 3)
     assert len(idle) == 3 and sum(s.body_count for s in idle) == 0

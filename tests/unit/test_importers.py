@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.importers import import_maildir, import_mbox, iter_maildir, iter_mbox
+from pipeline.sources.maildir import import_maildir, iter_maildir
+from pipeline.sources.mbox import import_mbox, iter_mbox
 from pipeline.store import MessageStore
 from stores.errors import UsageError
 

@@ -36,7 +36,7 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.importers import run_import
+from pipeline.importing import run_import
 from pipeline.ingest import Incoming, RunCounts
 from pipeline.parse import parse_message
 from pipeline.progress import NO_PROGRESS, Progress
@@ -44,6 +44,7 @@ from pipeline.store import MessageStore
 from stores.errors import SourceError, UsageError
 
 __all__ = [
+    "GdbmSource",
     "import_gdbm",
     "iter_gdbm",
     "legacy_bytes",
@@ -188,6 +189,36 @@ def _iter_dump(path: Path) -> Iterator[tuple[bytes, bytes]]:
         raise SourceError(f"{path}: gdbm_dump output ended early")
 
 
+class GdbmSource:
+    """The messages of a legacy GDBM UIDL store (a :class:`~pipeline.sources.MessageSource`).
+
+    ``progress`` counts the records, out of the file's count where ``dbm.gnu``
+    tells it (``gdbm_dump`` streams: the rate alone is shown).
+    """
+
+    lookahead = 1
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path).resolve()
+        self.label = f"import:gdbm:{self.path}"
+
+    def messages(self, progress: Progress) -> Iterator[tuple[Incoming, int]]:
+        records = iter_gdbm(self.path)
+        first = next(records, None)  # a file that cannot be read fails here
+        total = _record_count(self.path) if progress is not NO_PROGRESS else None
+        progress.start(total, "import gdbm")
+        if first is None:
+            return
+        for key, value in itertools.chain([first], records):
+            uidl = _key_text(key)
+            raw = legacy_bytes(value)
+            message_id = synthetic_uidl_id(uidl) if parse_message(raw).synthetic_id else None
+            yield Incoming(raw=raw, folder=self.path.name, uidl=uidl, message_id=message_id), 1
+
+    def finish(self, counts: RunCounts, progress: Progress) -> None:
+        """Nothing to add: every record was offered."""
+
+
 def import_gdbm(
     store: MessageStore,
     path: Path,
@@ -199,26 +230,7 @@ def import_gdbm(
     """Import every message of a legacy GDBM UIDL store; returns the run counts.
 
     ``workers`` processes parse and compress in parallel (0: all in this one).
-    ``progress`` counts the records, out of the file's count where ``dbm.gnu``
-    tells it (``gdbm_dump`` streams: the rate alone is shown).
     """
-    path = Path(path).resolve()
-    records = iter_gdbm(path)
-    first = next(records, None)  # a file that cannot be read fails before any pool starts
-    progress.start(_record_count(path) if progress is not NO_PROGRESS else None, "import gdbm")
-
-    def messages() -> Iterator[tuple[Incoming, int]]:
-        for key, value in records if first is None else itertools.chain([first], records):
-            uidl = _key_text(key)
-            raw = legacy_bytes(value)
-            message_id = synthetic_uidl_id(uidl) if parse_message(raw).synthetic_id else None
-            yield Incoming(raw=raw, folder=path.name, uidl=uidl, message_id=message_id), 1
-
     return run_import(
-        store,
-        f"import:gdbm:{path}",
-        messages(),
-        batch_size=batch_size,
-        progress=progress,
-        workers=workers,
+        store, GdbmSource(path), batch_size=batch_size, progress=progress, workers=workers
     )

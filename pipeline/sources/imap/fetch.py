@@ -18,8 +18,8 @@ from datetime import datetime
 from typing import NamedTuple
 
 from pipeline.config import Account
-from pipeline.imap import ImapSource
 from pipeline.prepare import Prepared, prepare
+from pipeline.sources.imap.client import ImapSource
 from stores.errors import SourceError
 
 __all__ = ["Fetched", "fetch_bodies", "fetch_prepared"]

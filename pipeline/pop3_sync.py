@@ -1,4 +1,5 @@
-"""POP3 accounts: UIDL list, skip what the store holds, RETR the rest (README, "POP3 accounts").
+"""The sync of a POP3 account: UIDL list, skip what the store holds, RETR the
+rest (README, "POP3 accounts").
 
 POP3 has one mailbox (reported as folder ``INBOX``) and no cursor: the set of
 UIDLs on record is the state, so a POP3 sync writes ``message-seen`` events
@@ -29,284 +30,23 @@ known: they are not downloaded again. They are deleted on the server
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import hashlib
 import logging
-import poplib
-import socket
-import ssl
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from pipeline.config import Account, resolve_secret, tls_context
+from pipeline.config import Account, resolve_secret
 from pipeline.ingest import Incoming, Ingest
 from pipeline.progress import NO_PROGRESS, Progress, counted
 from pipeline.reconcile import not_on_server
 from pipeline.reports import AccountReport, FolderReport, SyncOptions
+from pipeline.sources.pop3 import FOLDER, Pop3Entry, Pop3Source, plan_pop3, trim_terminator
 from pipeline.store import MessageStore
-from stores.errors import MailledgerError, SourceError, TerminalSourceError, TransientSourceError
+from stores.errors import MailledgerError, SourceError, TransientSourceError
 
-__all__ = [
-    "FOLDER",
-    "Pop3Entry",
-    "Pop3FolderReport",
-    "Pop3Plan",
-    "Pop3Source",
-    "plan_pop3",
-    "sync_pop3_account",
-    "trim_terminator",
-]
+__all__ = ["Pop3FolderReport", "sync_pop3_account"]
 
 log = logging.getLogger("mailledger.pop3")
-
-FOLDER = "INBOX"
-_LINE_LIMIT = 64 << 20  # poplib's 2048-byte line limit is too small for real mail
-_NET_ERRORS = (OSError, socket.timeout, ssl.SSLError, EOFError)
-
-
-@dataclass(frozen=True)
-class Pop3Entry:
-    """One message of the maildrop as UIDL and LIST show it."""
-
-    number: int
-    uidl: str
-    size: int
-
-
-class _Retr:
-    """RETR that keeps the server's bytes exactly (line endings included)."""
-
-    file: Any
-
-    def retr_bytes(self, which: int) -> bytes:
-        assert isinstance(self, poplib.POP3)
-        self._putcmd(f"RETR {which}")
-        self._getresp()  # raises error_proto on -ERR
-        parts: list[bytes] = []
-        while True:
-            line = self.file.readline(_LINE_LIMIT + 1)
-            if not line:
-                raise poplib.error_proto("-ERR connection closed during RETR")
-            if len(line) > _LINE_LIMIT:
-                raise poplib.error_proto(f"-ERR a line longer than {_LINE_LIMIT} bytes")
-            if line in (b".\r\n", b".\n"):
-                break
-            if line.startswith(b".."):  # byte-stuffing (RFC 1939 §3)
-                line = line[1:]
-            parts.append(line)
-        return b"".join(parts)
-
-
-class _Client(_Retr, poplib.POP3):
-    pass
-
-
-class _ClientSSL(_Retr, poplib.POP3_SSL):
-    pass
-
-
-def _err_text(exc: BaseException) -> str:
-    text = exc.args[0] if exc.args else exc
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    return str(text)
-
-
-class Pop3Source:
-    """One POP3 connection for one account; knows nothing of the store.
-
-    Leaving the ``with`` block without :meth:`quit` drops the connection: the
-    server then deletes nothing, whatever was marked with DELE.
-    """
-
-    def __init__(self, account: Account, secret: str, *, timeout: float = 60.0) -> None:
-        self.account = account
-        self._secret = secret
-        self.timeout = timeout
-        self.conn: _Client | _ClientSSL | None = None
-
-    def __enter__(self) -> Pop3Source:
-        self.connect()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _c(self) -> _Client | _ClientSSL:
-        if self.conn is None:
-            raise TransientSourceError(f"{self.account.name}: not connected")
-        return self.conn
-
-    def connect(self) -> None:
-        a = self.account
-        try:
-            if a.tls == "implicit":
-                self.conn = _ClientSSL(a.host, a.port, context=tls_context(a), timeout=self.timeout)
-            else:
-                self.conn = _Client(a.host, a.port, timeout=self.timeout)
-                if a.tls == "starttls":
-                    self.conn.stls(tls_context(a))
-        except poplib.error_proto as exc:
-            self.close()
-            raise TerminalSourceError(
-                f"{a.name}: {a.host}:{a.port}: {_err_text(exc)} (tls = {a.tls!r})"
-            ) from None
-        except _NET_ERRORS as exc:
-            self.close()
-            raise TransientSourceError(
-                f"{a.name}: cannot connect to {a.host}:{a.port}: {exc}"
-            ) from None
-        try:
-            if a.auth == "xoauth2":
-                token = f"user={a.username}\x01auth=Bearer {self._secret}\x01\x01"
-                self.conn._shortcmd("AUTH XOAUTH2 " + base64.b64encode(token.encode()).decode())
-            else:
-                self.conn.user(a.username)
-                self.conn.pass_(self._secret)
-        except poplib.error_proto as exc:
-            self.close()
-            # the server's answer, never the password
-            raise TerminalSourceError(f"{a.name}: login failed: {_err_text(exc)}") from None
-        except _NET_ERRORS as exc:
-            self.close()
-            raise TransientSourceError(f"{a.name}: connection lost at login: {exc}") from None
-
-    def close(self) -> None:
-        """Drop the connection without QUIT: messages marked with DELE stay."""
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
-
-    def quit(self) -> None:
-        """QUIT: the server deletes the messages marked with DELE in this session."""
-        conn = self._c()
-        try:
-            conn.quit()
-        except poplib.error_proto as exc:
-            raise TransientSourceError(
-                f"{self.account.name}: QUIT failed, deletions may not have happened:"
-                f" {_err_text(exc)}"
-            ) from None
-        except _NET_ERRORS as exc:
-            raise TransientSourceError(f"{self.account.name}: QUIT: {exc}") from None
-        finally:
-            self.close()
-
-    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
-        try:
-            return fn()
-        except poplib.error_proto as exc:
-            raise SourceError(f"{self.account.name}: {what}: {_err_text(exc)}") from None
-        except _NET_ERRORS as exc:
-            self.close()
-            raise TransientSourceError(f"{self.account.name}: {what}: {exc}") from None
-
-    def stat(self) -> tuple[int, int]:
-        """(messages, bytes) of the maildrop."""
-        count, size = self._call("STAT", lambda: self._c().stat())
-        return int(count), int(size)
-
-    def listing(self) -> list[Pop3Entry]:
-        """Every message's number, UIDL and size (UIDL and LIST, two commands)."""
-        try:
-            _, uidl_lines, _ = self._c().uidl()
-        except poplib.error_proto as exc:
-            raise TerminalSourceError(
-                f"{self.account.name}: the server has no UIDL ({_err_text(exc)}):"
-                " without it messages cannot be told apart across sessions"
-            ) from None
-        except _NET_ERRORS as exc:
-            self.close()
-            raise TransientSourceError(f"{self.account.name}: UIDL: {exc}") from None
-        _, list_lines, _ = self._call("LIST", lambda: self._c().list())
-        sizes: dict[int, int] = {}
-        for line in list_lines:
-            parts = line.split()
-            if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
-                sizes[int(parts[0])] = int(parts[1])
-        out: list[Pop3Entry] = []
-        for line in uidl_lines:
-            parts = line.split(None, 1)
-            if len(parts) != 2 or not parts[0].isdigit():
-                raise SourceError(f"{self.account.name}: UIDL: malformed line {line!r}")
-            n = int(parts[0])
-            if n not in sizes:
-                raise SourceError(f"{self.account.name}: LIST has no size for message {n}")
-            out.append(Pop3Entry(n, parts[1].strip().decode("ascii", "replace"), sizes[n]))
-        return out
-
-    def retr(self, number: int) -> bytes:
-        """The message's bytes exactly as sent (CRLF line endings, un-stuffed)."""
-        raw: bytes = self._call(f"RETR {number}", lambda: self._c().retr_bytes(number))
-        return raw
-
-    def dele(self, number: int) -> None:
-        self._call(f"DELE {number}", lambda: self._c().dele(number))
-
-
-# -- planning -------------------------------------------------------------------
-
-
-@dataclass
-class Pop3Plan:
-    """What to do with each listed message, decided from what the store holds."""
-
-    take: list[Pop3Entry] = field(default_factory=list)
-    skip: list[Pop3Entry] = field(default_factory=list)
-    deletable: list[Pop3Entry] = field(default_factory=list)
-    """Skipped messages whose UIDL and size are durable in the store."""
-    suspect: dict[str, set[str]] = field(default_factory=dict)
-    """UIDL -> the shas on record for it, for UIDLs taken because the size differs."""
-
-
-def _is_legacy(source: str) -> bool:
-    return source.startswith("import:gdbm:")
-
-
-def plan_pop3(entries: Sequence[Pop3Entry], known: Mapping[str, list[dict[str, Any]]]) -> Pop3Plan:
-    """Decide per listed message: skip it, or take it (and whether as a suspect reuse).
-
-    Pure: ``known`` is :meth:`MessageStore.known_uidls` for the listed UIDLs.
-
-    - not on record: take;
-    - on record at the listed size: skip (and it may be deleted on the server);
-    - on record, but no size is on record any more (content purged): skip, keep;
-    - on record only from a legacy GDBM import, at another size: skip, keep (the
-      old program's bytes need not be the server's: line endings, a BOM);
-    - on record for this account at other sizes only: the server reused the
-      UIDL (or the content changed): take, and compare the content after RETR.
-    """
-    plan = Pop3Plan()
-    for e in entries:
-        records = known.get(e.uidl)
-        if not records:
-            plan.take.append(e)
-            continue
-        sizes = {r["size"] for r in records}
-        if e.size in sizes:
-            plan.skip.append(e)
-            plan.deletable.append(e)
-        elif None in sizes or all(_is_legacy(r["source"]) for r in records):
-            plan.skip.append(e)
-        else:
-            plan.take.append(e)
-            plan.suspect[e.uidl] = {r["sha256"] for r in records}
-    return plan
-
-
-def trim_terminator(raw: bytes, listed_size: int) -> bytes:
-    """The message without the CRLF a server adds before the final ``.`` when the
-    message did not end with a line break (RETR gives 2 bytes more than LIST).
-
-    Stored this way, the bytes are those IMAP's ``BODY[]`` gives for the same
-    message, and the stored size equals the listed size on the next run.
-    """
-    if len(raw) == listed_size + 2 and raw.endswith(b"\r\n"):
-        return raw[:-2]
-    return raw
 
 
 # -- the report -----------------------------------------------------------------
@@ -336,9 +76,13 @@ class Pop3FolderReport(FolderReport):
             f"{self.mode} {account} {self.folder}: cursor=- uidls={self.server_messages}"
             f" skipped={self.skipped} new={self.new} bodies={self.bodies} errors={self.errors}"
         )
-        for key in ("uidl_reused", "size_mismatch", "vanished", "deleted"):
-            if getattr(self, key):
-                text += f" {key}={getattr(self, key)}"
+        extra = {
+            "uidl_reused": self.uidl_reused,
+            "size_mismatch": self.size_mismatch,
+            "vanished": self.vanished,
+            "deleted": self.deleted,
+        }
+        text += "".join(f" {key}={n}" for key, n in extra.items() if n)
         if self.failed_uidls:
             text += " failed_uidls=" + ",".join(self.failed_uidls[:20])
         if self.would_fetch is not None:
@@ -387,7 +131,7 @@ class _Pop3Sync:
         table = self.store.query(
             "SELECT 1 AS x FROM locations WHERE source = ? LIMIT 1", [self.account.name]
         )
-        return table.num_rows > 0
+        return bool(table.num_rows > 0)
 
     def _run(self, fr: Pop3FolderReport) -> None:
         name = self.account.name

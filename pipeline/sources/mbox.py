@@ -1,0 +1,99 @@
+"""mbox files: one file, messages separated by ``From `` lines, split here
+line by line as the file is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from pipeline.importing import run_import
+from pipeline.ingest import Incoming, RunCounts
+from pipeline.progress import NO_PROGRESS, Progress
+from pipeline.store import MessageStore
+from stores.errors import UsageError
+
+__all__ = ["MboxSource", "import_mbox", "iter_mbox"]
+
+
+def iter_mbox(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(ordinal, raw bytes) of each message of an mbox file, streamed line by line.
+
+    A message starts at a ``From `` line at the start of the file or after a
+    blank line. The ``From `` separator line is not part of the message; body
+    lines are kept exactly as they are in the file (no ``>From`` unquoting, so
+    the bytes stored are the bytes that were there).
+    """
+    n = 0
+    buf: list[bytes] = []
+    prev_blank = True
+    started = False
+    with open(path, "rb") as fh:
+        for line in fh:
+            if prev_blank and line.startswith(b"From "):
+                if started:
+                    n += 1
+                    yield n, _strip_separator_blank(buf)
+                buf = []
+                started = True
+                prev_blank = False
+                continue
+            if not started:
+                if line.strip():
+                    raise UsageError(f"{path}: not an mbox file (no 'From ' line first)")
+                continue
+            buf.append(line)
+            prev_blank = line in (b"\n", b"\r\n")
+    if started:
+        n += 1
+        yield n, _strip_separator_blank(buf)
+
+
+def _strip_separator_blank(lines: list[bytes]) -> bytes:
+    # The blank line before the next "From " belongs to the mbox format, not the message.
+    if lines and lines[-1] in (b"\n", b"\r\n"):
+        lines = lines[:-1]
+    return b"".join(lines)
+
+
+class MboxSource:
+    """The messages of an mbox file (a :class:`~pipeline.sources.MessageSource`).
+
+    ``progress`` counts the bytes read, out of the file's size (the number of
+    messages is known only at its end): each message's bytes as it is read, the
+    separator lines between them at the end.
+    """
+
+    lookahead = 1
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path).resolve()
+        self.label = f"import:mbox:{self.path}"
+        self.size = 0
+        self.done = 0
+
+    def messages(self, progress: Progress) -> Iterator[tuple[Incoming, int]]:
+        if not self.path.is_file():
+            raise UsageError(f"{self.path}: not a file")
+        self.size = self.path.stat().st_size
+        progress.start(self.size, "import mbox", unit="B")
+        for n, raw in iter_mbox(self.path):
+            self.done += len(raw)
+            yield Incoming(raw=raw, folder=self.path.name, uid=n), len(raw)
+
+    def finish(self, counts: RunCounts, progress: Progress) -> None:
+        progress.advance(max(0, self.size - self.done))  # the "From " lines between them
+
+
+def import_mbox(
+    store: MessageStore,
+    path: Path,
+    *,
+    batch_size: int = 1000,
+    progress: Progress = NO_PROGRESS,
+    workers: int = 0,
+) -> RunCounts:
+    """Import every message of an mbox file; returns the run counts."""
+    return run_import(
+        store, MboxSource(path), batch_size=batch_size, progress=progress, workers=workers
+    )

@@ -1,0 +1,238 @@
+"""Reading IMAP answers: byte literals in the shapes servers send them (Dovecot,
+Cyrus, Courier, Exchange, Gmail), as imaplib hands them over, read without a
+socket into envelopes, bodies, folders and folder states."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from imapclient.exceptions import ProtocolError
+
+from pipeline.sources.imap.response import (
+    Envelope,
+    FolderInfo,
+    FolderState,
+    bodies_fast,
+    folder_infos,
+    folder_state,
+    read_bodies,
+    read_envelopes,
+    status_counts,
+)
+
+BODY = b"From: a@example.org\r\nMessage-ID: <m1@example.org>\r\n\r\nbody\r\n"
+WHEN = datetime(2024, 3, 9, 23, 30, 5, tzinfo=UTC)
+
+
+def _lit(head: bytes, literal: bytes) -> tuple[bytes, bytes]:
+    """A line ending in a literal, as imaplib hands it over: ``(head {n}, bytes)``."""
+    return (head + b" {%d}" % len(literal), literal)
+
+
+# -- envelopes ----------------------------------------------------------------------
+
+MSGID = b"Message-ID: <m1@example.org>\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        # Dovecot, Cyrus: the items in the order asked, the header field as asked
+        [
+            _lit(
+                b'1 (UID 7 RFC822.SIZE 120 INTERNALDATE "10-Mar-2024 00:30:05 +0100"'
+                b" BODY[HEADER.FIELDS (MESSAGE-ID)]",
+                MSGID,
+            ),
+            b")",
+        ],
+        # Courier: the field name quoted, INTERNALDATE after the literal
+        [
+            _lit(b'1 (UID 7 RFC822.SIZE 120 BODY[HEADER.FIELDS ("MESSAGE-ID")]', MSGID),
+            b' INTERNALDATE "09-Mar-2024 23:30:05 +0000")',
+        ],
+        # Exchange: its own order, lower-case names, the header folded
+        [
+            _lit(
+                b'1 (internaldate "09-Mar-2024 18:30:05 -0500" uid 7'
+                b" body[header.fields (message-id)]",
+                b"Message-ID:\r\n <m1@example.org>\r\n\r\n",
+            ),
+            b" rfc822.size 120)",
+        ],
+        # an unsolicited FLAGS for another message in between
+        [
+            b"5 (FLAGS (\\Seen))",
+            _lit(
+                b'1 (UID 7 RFC822.SIZE 120 INTERNALDATE "09-Mar-2024 23:30:05 +0000"'
+                b" BODY[HEADER.FIELDS (MESSAGE-ID)]",
+                MSGID,
+            ),
+            b")",
+        ],
+    ],
+    ids=["dovecot", "courier", "exchange", "unsolicited"],
+)
+def test_an_envelope_reads_the_same_in_every_servers_shape(data: list[Any]) -> None:
+    got = read_envelopes(data)
+    assert got[7] == Envelope(7, 120, "m1@example.org", WHEN)
+
+
+def test_an_envelope_without_a_message_id_or_a_date_says_none() -> None:
+    data = [_lit(b"3 (UID 12 RFC822.SIZE 40 BODY[HEADER.FIELDS (MESSAGE-ID)]", b"\r\n"), b")"]
+    assert read_envelopes(data) == {12: Envelope(12, 40, None, None)}
+
+
+def test_a_latin1_message_id_is_read_as_the_parser_reads_it() -> None:
+    header = b"Message-ID: <caf\xe9@example.org>\r\n\r\n"
+    data = [_lit(b"1 (UID 2 RFC822.SIZE 9 BODY[HEADER.FIELDS (MESSAGE-ID)]", header), b")"]
+    assert read_envelopes(data)[2].message_id == "caf\xe9@example.org"
+
+
+def test_no_message_matched_gives_no_envelope() -> None:
+    assert read_envelopes([None]) == {}
+
+
+def test_an_answer_out_of_step_raises_a_protocol_error() -> None:
+    with pytest.raises(ProtocolError):
+        read_envelopes([b"1 (UID 7 RFC822.SIZE"])
+
+
+# -- bodies -------------------------------------------------------------------------
+
+
+def test_the_common_shape_is_read_in_either_order_of_its_items() -> None:
+    longer = BODY + b"x"
+    data = [
+        _lit(b'1 (UID 7 INTERNALDATE "09-Mar-2024 23:30:05 +0000" BODY[]', BODY), b")",
+        _lit(b'2 (INTERNALDATE "10-Mar-2024 01:00:00 +0100" UID 9 BODY[]', longer), b")",
+        _lit(b"3 (UID 12 BODY[]", b""), b")",
+    ]  # fmt: skip
+    assert bodies_fast(data) == [
+        (7, BODY, b"09-Mar-2024 23:30:05 +0000"),
+        (9, longer, b"10-Mar-2024 01:00:00 +0100"),
+        (12, b"", None),
+    ]
+    assert read_bodies(data) == {
+        7: (BODY, WHEN),
+        9: (longer, datetime(2024, 3, 10, 0, 0, tzinfo=UTC)),
+        12: (b"", None),
+    }
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        [_lit(b"1 (UID 7 BODY[]", BODY), b' INTERNALDATE "09-Mar-2024 23:30:05 +0000")'],
+        [_lit(b'1 (UID 7 INTERNALDATE "09-Mar-2024 23:30:05 +0000" RFC822', BODY), b")"],
+        [_lit(b'1 (UID 7 INTERNALDATE "09-Mar-2024 23:30:05 +0000" BODY[]<0>', BODY), b")"],
+        [
+            _lit(b'1 (FLAGS (\\Seen) UID 7 INTERNALDATE "09-Mar-2024 23:30:05 +0000" BODY[]', BODY),
+            b")",
+            b"2 (FLAGS (\\Seen) UID 8)",
+        ],
+    ],
+    ids=["courier-date-after-body", "rfc822", "origin-0", "flags-and-unsolicited"],
+)
+def test_any_other_shape_is_read_by_the_full_parser_to_the_same_body(data: list[Any]) -> None:
+    assert bodies_fast(data) is None
+    assert read_bodies(data)[7] == (BODY, WHEN)
+
+
+def test_a_body_answered_nil_is_no_body() -> None:
+    assert read_bodies([b"1 (UID 7 BODY[] NIL)"]) == {}
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        [None],  # no message matched
+        [_lit(b"1 (UID 7 BODY[]", BODY), b")", b"2 (FLAGS (\\Seen) UID 8)"],  # unsolicited
+        [_lit(b"1 (UID 7 BODY[]", BODY), b" FLAGS (\\Seen))"],  # an item after the literal
+        [_lit(b"1 (UID 7 FLAGS (\\Seen) BODY[]", BODY), b")"],  # an item not asked for
+        [(b"1 (UID 7 BODY[] {%d}" % (len(BODY) + 1), BODY), b")"],  # not the size announced
+        [_lit(b'1 (INTERNALDATE "x" BODY[]', BODY), b")"],  # no UID
+        [_lit(b"1 (UID 7 BODY[]", BODY)],  # no closing parenthesis
+    ],
+    ids=["none", "unsolicited", "after-literal", "other-item", "size", "no-uid", "unclosed"],
+)
+def test_the_fast_reading_leaves_any_other_shape_alone(data: list[Any]) -> None:
+    assert bodies_fast(data) is None
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=40),
+            st.tuples(st.binary(max_size=40), st.binary(max_size=40)),
+            st.none(),
+        ),
+        max_size=6,
+    )
+)
+def test_the_fast_reading_never_raises(data: list[Any]) -> None:
+    got = bodies_fast(data)
+    assert got is None or all(isinstance(uid, int) for uid, _, _ in got)
+
+
+_ATOMS = [
+    b"UID", b"7", b"abc", b"-1", b"NIL", b"(", b")", b"{3}", b"RFC822.SIZE", b"INTERNALDATE",
+    b'"x"', b'"09-Mar-2024 23:30:05 +0000"', b"BODY[]", b"BODY[HEADER.FIELDS (MESSAGE-ID)]",
+]  # fmt: skip
+_LINE = st.lists(st.sampled_from(_ATOMS), max_size=8).map(lambda xs: b"1 (" + b" ".join(xs) + b")")
+
+
+@given(
+    st.lists(
+        st.one_of(_LINE, st.binary(max_size=20), st.tuples(_LINE, st.binary(max_size=10))),
+        max_size=3,
+    )
+)
+def test_an_answer_is_read_or_refused_as_out_of_step_never_anything_else(data: list[Any]) -> None:
+    for read in (read_envelopes, read_bodies, folder_infos):
+        with contextlib.suppress(ProtocolError):
+            read(data)
+
+
+# -- folders ------------------------------------------------------------------------
+
+
+def test_a_list_answer_gives_each_folder_decoded_with_its_attributes() -> None:
+    data = [
+        b'(\\HasNoChildren) "." INBOX',
+        b'(\\HasChildren \\Noselect) "/" "[Gmail]"',
+        b'(\\All \\HasNoChildren) "/" "[Gmail]/All Mail"',
+        b'(\\Drafts) "." "Entw&APw-rfe"',  # modified UTF-7 (RFC 3501 5.1.3)
+        b'() NIL "2024"',  # a name the lexer takes for a number; no delimiter
+        _lit(b'(\\Sent) "/"', b'Sent "old"'),  # a name sent as a literal
+        b"",
+    ]
+    assert folder_infos(data) == [
+        FolderInfo("INBOX", frozenset({"\\HasNoChildren"})),
+        FolderInfo("[Gmail]", frozenset({"\\HasChildren", "\\Noselect"})),
+        FolderInfo("[Gmail]/All Mail", frozenset({"\\All", "\\HasNoChildren"})),
+        FolderInfo("Entwürfe", frozenset({"\\Drafts"})),
+        FolderInfo("2024", frozenset()),
+        FolderInfo('Sent "old"', frozenset({"\\Sent"})),
+    ]
+    assert [f.selectable for f in folder_infos(data)] == [True, False, True, True, True, True]
+
+
+def test_an_empty_list_answer_is_no_folder() -> None:
+    assert folder_infos([None]) == []
+
+
+def test_examine_without_uidnext_plans_without_it() -> None:
+    assert folder_state({b"UIDVALIDITY": 5, b"UIDNEXT": 9, b"EXISTS": 3}) == FolderState(5, 9, 3)
+    assert folder_state({b"UIDVALIDITY": 5, b"EXISTS": 3}) == FolderState(5, None, 3)
+    assert folder_state({b"EXISTS": 3}) is None  # no UIDVALIDITY: nothing can be planned
+
+
+def test_status_counts_are_keyed_by_lower_case_names() -> None:
+    answer = {b"MESSAGES": 3, b"UIDNEXT": 9, b"UIDVALIDITY": 5}
+    assert status_counts(answer) == {"messages": 3, "uidnext": 9, "uidvalidity": 5}
