@@ -198,7 +198,7 @@ def session_bytes(log_text: str) -> list[Session]:
                 counters[key] = int(a)
         out.append(
             Session(
-                m["proto"],
+                "pop3" if m["proto"] == "pop3" else "imap",
                 m["user"],
                 int(m["pid"]),
                 m["session"],  # type: ignore[arg-type]

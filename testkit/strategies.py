@@ -24,7 +24,7 @@ __all__ = [
     "uidvalidity_changed",
 ]
 
-text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=24)
+text = st.text(st.characters(exclude_categories=["Cs"]), max_size=24)
 opt_text = st.none() | text
 u32 = st.integers(1, 2**32 - 1)
 opt_u32 = st.none() | u32

@@ -97,7 +97,9 @@ class FolderSync:
         if plan.mode == "delta":
             return self.src.uids_above(plan.after_uid)
         if plan.mode == "since":
-            return self.src.uids_since(self.account.initial.since)
+            since = self.account.initial.since
+            assert since is not None  # (the "since" mode is read with its date)
+            return self.src.uids_since(since)
         if plan.mode == "new-only":
             return []
         return self.src.all_uids()  # full, reconcile

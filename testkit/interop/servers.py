@@ -56,6 +56,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -184,7 +185,7 @@ def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=5)
 
 
-def _ok(typ: str, data: list[object], what: str) -> list[object]:
+def _ok(typ: str, data: Any, what: str) -> Any:
     if typ != "OK":
         raise InteropError(f"{what}: {typ} {data!r}")
     return data
@@ -403,7 +404,8 @@ class Cyrus(Server):
         try:
             _ok(*admin.login("cyrus", "admin"), "admin LOGIN")
             typ, data = admin.list('""', '""')
-            sep = re.search(rb'"(.)"', data[0] or b"") if typ == "OK" and data else None
+            first = data[0] if typ == "OK" and data else None
+            sep = re.search(rb'"(.)"', first) if isinstance(first, bytes) else None
             mailbox = f"user{sep.group(1).decode() if sep else '/'}{self.user}"
             _ok(*admin.create(mailbox), f"CREATE {mailbox}")
         finally:
