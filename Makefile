@@ -18,8 +18,8 @@ venv: $(BIN)/mailledger
 demo: venv
 	MAILLEDGER_STORE=$(STORE) BIN=$(BIN) ./scripts/demo.sh
 
-test: venv
-	$(BIN)/ruff check .
+# The house rules first (make lint: ruff, the import contracts, mypy, vulture), then the suite.
+test: lint
 	$(BIN)/pytest -q
 
 replay: venv
