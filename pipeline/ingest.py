@@ -194,10 +194,10 @@ def _deleted_at(
 ) -> dict[tuple[Any, ...], set[str]]:
     """``MessageStore.deleted_contents`` of ``places`` only (each a (folder, uidvalidity, uid,
     uidl)), probed through the indexes."""
-    rows = store.locations_at(source, places, stale_ok=True)
+    rows = store.locations_at(source, places, as_writer=True)
     if not rows:
         return {}
-    stored = store.stored_ids(sorted({r["message_id"] for r in rows}), stale_ok=True)
+    stored = store.stored_ids(sorted({r["message_id"] for r in rows}), as_writer=True)
     out: dict[tuple[Any, ...], set[str]] = {}
     for r in rows:
         if r["message_id"] not in stored:
@@ -598,9 +598,9 @@ class Ingest:
         # Projections may lag while a bulk run defers its fold; what this run
         # committed itself is in self._owners / self._locs already.
         if new_ids:
-            self._owners.update(self.store.stored_ids(new_ids, stale_ok=True))
+            self._owners.update(self.store.stored_ids(new_ids, as_writer=True))
         if new_places:
-            for r in self.store.locations_at(self.source, new_places, stale_ok=True):
+            for r in self.store.locations_at(self.source, new_places, as_writer=True):
                 self._locs.add((r["folder"], r["uidvalidity"], r["uid"], r["uidl"], r["sha256"]))
             self._places.update(new_places)
 
