@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from pipeline import upkeep
-from pipeline.clock import Clock, SystemClock, new_run_id
+from pipeline.clock import Clock, new_run_id
 from pipeline.event_factory import EventFactory
 from pipeline.progress import NO_PROGRESS, Progress
 from projections import queries
@@ -54,12 +54,10 @@ class MessageStore:
     run on a connection the projector hands out.
     """
 
-    def __init__(
-        self, root: Path, *, clock: Clock | None = None, run_id: str | None = None
-    ) -> None:
+    def __init__(self, root: Path, *, clock: Clock, run_id: str) -> None:
         self.root = Path(root)
-        self.clock: Clock = clock or SystemClock()
-        self.run_id = run_id or new_run_id(self.clock)
+        self.clock = clock
+        self.run_id = run_id
         self.events = EventFactory(self.clock, self.run_id)
         self.log = EventLog(self.root / "log")
         self.blobs = BlobStore(self.root / "blobs")
@@ -79,11 +77,16 @@ class MessageStore:
         """Open the store at ``root`` (created when ``create`` and absent).
 
         ``check``: refuse a damaged log at once, naming the file (LogIntegrityError);
-        ``verify`` opens without it so that it can list every problem.
+        ``verify`` opens without it so that it can list every problem. ``clock``:
+        None for the composition root's (``pipeline.bootstrap``: a script's store).
         """
         root = Path(root)
         _check_marker(root, create=create)
-        store = cls(root, clock=clock, run_id=run_id)
+        if clock is None:
+            from pipeline.bootstrap import App
+
+            clock = App({}).clock
+        store = cls(root, clock=clock, run_id=run_id or new_run_id(clock))
         store.log.create()
         store.blobs.create()
         with contextlib.suppress(OSError):  # partial blobs of writers killed midway
