@@ -371,17 +371,7 @@ class Ingest:
                 continue  # this very location and content are on record already
             known_locs.add(key)
             self._ghosts.discard(p.message_id)  # stored again: an event names it
-            events.append(
-                self.store.events.seen(
-                    p,
-                    source=self.source,
-                    folder=it.folder,
-                    uidl=it.uidl,
-                    uidvalidity=it.uidvalidity,
-                    uid=it.uid,
-                    internal_date=it.internal_date,
-                )
-            )
+            events.append(self.store.events.seen(p, **self._place(it)))
         for rec, it in known:
             c.processed += 1
             c.known_skipped += 1
@@ -391,23 +381,24 @@ class Ingest:
             if key in known_locs:
                 continue
             known_locs.add(key)
-            events.append(
-                self.store.events.seen_again(
-                    rec,
-                    source=self.source,
-                    folder=it.folder,
-                    uidl=it.uidl,
-                    uidvalidity=it.uidvalidity,
-                    uid=it.uid,
-                    internal_date=it.internal_date,
-                )
-            )
+            events.append(self.store.events.seen_again(rec, **self._place(it)))
         events.extend(extra)
         if events:
             # durable now; folded into the projections at flush (one fold for many
             # batches is far cheaper than one per batch)
             self._committed(self.store.commit(events, apply=False))
             c.events += len(events)
+
+    def _place(self, it: Incoming) -> dict[str, Any]:
+        """Where this source showed ``it``, as the event factory takes it."""
+        return {
+            "source": self.source,
+            "folder": it.folder,
+            "uidl": it.uidl,
+            "uidvalidity": it.uidvalidity,
+            "uid": it.uid,
+            "internal_date": it.internal_date,
+        }
 
     def _count_owner(self, message_id: str) -> None:
         c = self.counts
