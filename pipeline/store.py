@@ -94,12 +94,7 @@ class MessageStore:
         store.projector.files.remove_dead()
         if check:
             store.log.check()
-        if store.purge_journal.exists():
-            log.warning(
-                "%s: a purge is running or was interrupted; `mailledger compact --purge`"
-                " finishes it",
-                root,
-            )
+        _warn_of_purge(store.purge_journal)
         return store
 
     def close(self) -> None:
@@ -223,7 +218,7 @@ class MessageStore:
     ) -> dict[tuple[str, int], dict[str, Any]]:
         """Primary records matching (Message-ID, size) pairs: content the store holds
         (``owners``: filled with the source of each asked id held, whatever its size)."""
-        return self.projector.read(queries.known_records, self.log, pairs, owners)
+        return self.projector.read(queries.known_records, self.log, pairs, owners) if pairs else {}
 
     def locations_at(
         self,
@@ -234,6 +229,8 @@ class MessageStore:
         columns: str = "*",
     ) -> list[dict[str, Any]]:
         """The ``locations`` rows at ``places`` (folder, uidvalidity, uid, uidl) of ``source``."""
+        if not places:
+            return []
         args = (source, places, columns)
         return self.projector.read(queries.locations_at, *args, as_writer=as_writer)
 
@@ -241,7 +238,7 @@ class MessageStore:
         self, source: str, spans: Sequence[tuple[str, int, int | None]]
     ) -> list[dict[str, Any]]:
         """The ``locations`` rows of ``source`` in each (folder, uidvalidity, highest UID)."""
-        return self.projector.read(queries.locations_in, source, spans)
+        return self.projector.read(queries.locations_in, source, spans) if spans else []
 
     def stored_ids(self, ids: Sequence[str], *, as_writer: bool = False) -> dict[str, str]:
         """Of ``ids``, those the store holds, with the source that first stored each."""
@@ -266,7 +263,8 @@ class MessageStore:
         self, source: str, uidls: Sequence[str], *, legacy: bool = True
     ) -> dict[str, list[dict[str, Any]]]:
         """What the store knows of each POP3 UIDL (see ``queries.known_uidls``)."""
-        return self.projector.read(queries.known_uidls, source, uidls, legacy, self.query)
+        args = (source, uidls, legacy, self.query)
+        return self.projector.read(queries.known_uidls, *args) if uidls else {}
 
     def uidls(self) -> list[str]:
         """Every UIDL ever downloaded (the legacy program's ``_uidls``)."""
@@ -290,6 +288,8 @@ class MessageStore:
 
     def find(self, header: str, value: str) -> list[str]:
         """Message-IDs whose ``header`` matches ``value`` after the index normalization."""
+        if queries.find_key(header, value) is None:  # (a usage error: before any hold)
+            return []
         return self.projector.read(queries.find_ids, header, value)
 
     def summaries(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -299,15 +299,16 @@ class MessageStore:
 
     def listing(self, ids: Sequence[str]) -> list[str]:
         """``find``'s plain lines for ``ids``, in their order (see ``queries.listing``)."""
-        return self.projector.read(queries.listing, ids)
+        return self.projector.read(queries.listing, ids) if ids else []
 
     def find_listing(self, header: str, value: str) -> pa.ChunkedArray:
         """``find``'s plain listing as an Arrow string column, a line per hit."""
+        queries.find_key(header, value)  # (a usage error: before any hold)
         return self.projector.read(queries.find_listing, header, value)
 
     def message_rows(self, ids: Sequence[str], columns: str = "*") -> list[dict[str, Any]]:
         """``columns`` of the primary records of ``ids`` (those stored), in one query."""
-        return self.projector.read(queries.message_rows, ids, columns)
+        return self.projector.read(queries.message_rows, ids, columns) if ids else []
 
     def walk_thread(self, msg_id: str) -> list[str]:
         """Every stored message of ``msg_id``'s thread, oldest first (undated last)."""
@@ -352,6 +353,14 @@ def _parsed(raw: bytes) -> EmailMessage:
     msg = email.message_from_bytes(raw, policy=email.policy.default)
     assert isinstance(msg, EmailMessage)
     return msg
+
+
+def _warn_of_purge(journal: Path) -> None:
+    if journal.exists():
+        log.warning(
+            "%s: a purge is running or was interrupted; `mailledger compact --purge` finishes it",
+            journal.parent,
+        )
 
 
 def _check_marker(root: Path, *, create: bool) -> None:

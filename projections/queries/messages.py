@@ -19,6 +19,7 @@ __all__ = [
     "count_stored_shas",
     "counts",
     "find_ids",
+    "find_key",
     "find_listing",
     "has_messages",
     "headers_at",
@@ -168,7 +169,7 @@ def known_records(
 
 
 # -- find and listings -----------------------------------------------------------
-def _find_key(header: str, value: str) -> tuple[str, str] | None:
+def find_key(header: str, value: str) -> tuple[str, str] | None:
     """(index header name, normalized key) that ``find_ids(header, value)`` looks up;
     None when ``value`` normalizes to nothing (no message can match). A header
     that is not indexed is a usage error."""
@@ -184,7 +185,7 @@ def _find_key(header: str, value: str) -> tuple[str, str] | None:
 
 def find_ids(con: duckdb.DuckDBPyConnection, header: str, value: str) -> list[str]:
     """Message-IDs whose ``header`` matches ``value`` after the index normalization."""
-    found = _find_key(header, value)
+    found = find_key(header, value)
     if found is None:
         return []
     name, key = found
@@ -225,7 +226,7 @@ def find_listing(con: duckdb.DuckDBPyConnection, header: str, value: str) -> pa.
     did). Few hits are listed through the index on ``messages.message_id``; more
     are joined with ``messages`` in one scan, never leaving DuckDB's and Arrow's
     buffers."""
-    found = _find_key(header, value)
+    found = find_key(header, value)
     if found is None or found[0] == "message-id":  # (one hit at most)
         return _lines(listing(con, find_ids(con, header, value)))
     name, key = found
