@@ -74,6 +74,8 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
+	$(BIN)/vulture --min-confidence 60 stores projections pipeline vulture_whitelist.py
 
 clean:
 	rm -rf demo-store demo-store-imap bench-data .pytest_cache .ruff_cache

@@ -56,15 +56,17 @@ def previous_last_success(path: Path) -> float | None:
     return None
 
 
-def write_metrics(path: Path, report: dict[str, Any], now: datetime) -> None:
-    """Write the run's metrics; ``report`` is ``RunReport.as_dict()``."""
+def write_metrics(path: Path, report: dict[str, Any], now: datetime, *, succeeded: bool) -> None:
+    """Write the run's metrics; ``report`` is ``RunReport.as_dict()`` with its exit
+    code, ``succeeded`` whether the run counts as a success (no error; an ALARM
+    alone does not fail a run)."""
     reg = CollectorRegistry()
     ts = now.timestamp()
     code = int(report["exit_code"])
     Gauge(
         f"{_PREFIX}_last_run_timestamp_seconds", "When the last sync run ended.", registry=reg
     ).set(ts)
-    last_ok = ts if code in (0, 3) else previous_last_success(path)
+    last_ok = ts if succeeded else previous_last_success(path)
     if last_ok is not None:
         Gauge(
             f"{_PREFIX}_last_success_timestamp_seconds",

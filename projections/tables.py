@@ -6,6 +6,7 @@ import logging
 import time
 
 import duckdb
+import pyarrow as pa
 
 from stores.events import SCHEMA
 
@@ -13,6 +14,7 @@ __all__ = [
     "PROJECTION_VERSION",
     "TABLES",
     "VIEWS",
+    "column_types",
     "create_indexes",
     "create_query_views",
     "create_tables",
@@ -20,6 +22,7 @@ __all__ = [
     "events_sql",
     "fingerprint",
     "missing_indexes",
+    "sql_string",
 ]
 
 log = logging.getLogger("mailledger.projections")
@@ -121,8 +124,19 @@ THREAD_MACRO_SQL = (
 )
 
 
-def _quote(text: str) -> str:
+def sql_string(text: str) -> str:
+    """``text`` as an SQL string literal."""
     return "'" + text.replace("'", "''") + "'"
+
+
+def column_types(con: duckdb.DuckDBPyConnection, schema: pa.Schema) -> list[tuple[str, str]]:
+    """(name, DuckDB type) of each column of the Arrow ``schema``, as DuckDB reads it."""
+    con.register("_empty_columns", schema.empty_table())
+    try:
+        cols = con.execute("DESCRIBE SELECT * FROM _empty_columns").fetchall()
+    finally:
+        con.unregister("_empty_columns")
+    return [(name, kind) for name, kind, *_ in cols]
 
 
 def events_sql(con: duckdb.DuckDBPyConnection, files: str | list[str] | None) -> str:
@@ -131,15 +145,12 @@ def events_sql(con: duckdb.DuckDBPyConnection, files: str | list[str] | None) ->
     empty relation of the log's columns (a view over a glob that matches nothing
     would not even be created)."""
     if isinstance(files, str):
-        return f"SELECT * FROM read_parquet({_quote(files)}, union_by_name = true)"
+        return f"SELECT * FROM read_parquet({sql_string(files)}, union_by_name = true)"
     if files:
-        return f"SELECT * FROM read_parquet([{', '.join(map(_quote, files))}])"
-    con.register("_empty_events", SCHEMA.empty_table())
-    try:
-        cols = con.execute("DESCRIBE SELECT * FROM _empty_events").fetchall()
-    finally:
-        con.unregister("_empty_events")
-    typed = ", ".join(f'CAST(NULL AS {kind}) AS "{name}"' for name, kind, *_ in cols)
+        return f"SELECT * FROM read_parquet([{', '.join(map(sql_string, files))}])"
+    typed = ", ".join(
+        f'CAST(NULL AS {kind}) AS "{name}"' for name, kind in column_types(con, SCHEMA)
+    )
     return f"SELECT {typed} WHERE false"
 
 
@@ -156,7 +167,7 @@ def create_query_views(
     con.execute(f"CREATE OR REPLACE {kind}VIEW message_headers AS {MESSAGE_HEADERS_SQL}")
     con.execute(f"CREATE OR REPLACE {kind}MACRO {THREAD_MACRO_SQL}")
     if not temp:
-        con.execute(f"COMMENT ON VIEW events IS {_quote(source)}")
+        con.execute(f"COMMENT ON VIEW events IS {sql_string(source)}")
 
 
 def events_source(con: duckdb.DuckDBPyConnection) -> str | None:

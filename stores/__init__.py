@@ -1,3 +1,4 @@
-"""The bottom layer: event types and schema, the Parquet event log, blobs, the DuckDB file."""
+"""The bottom layer: event types and schema, the Parquet event log and the digest
+of its files, blobs, the DuckDB file, purge, and whole-file writes."""
 
-__all__ = ["blobs", "db", "errors", "events", "log"]
+__all__ = ["arrow", "atomic", "blobs", "db", "digest", "errors", "events", "log", "purge"]

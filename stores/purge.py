@@ -187,7 +187,7 @@ def _write_journal(path: Path, plan: dict[str, Any]) -> None:
 def _read_journal(path: Path) -> dict[str, Any] | None:
     path.with_name(path.name + ".tmp").unlink(missing_ok=True)  # a plan never written whole
     try:
-        plan = json.loads(path.read_text())
+        plan: dict[str, Any] = json.loads(path.read_text())
     except FileNotFoundError:
         return None
     except ValueError as exc:

@@ -247,17 +247,16 @@ def search_store(root: Path, needles: Mapping[str, bytes]) -> dict[str, list[str
 
 def _decodings(path: Path, data: bytes) -> Iterator[tuple[str, bytes]]:
     if data.startswith(b"MLB1"):
-        from stores.blobs import BlobStore
+        from stores.blobs import decode_blob
 
         with contextlib.suppress(Exception):
-            yield "blob decoded", BlobStore(path.parent.parent)._decode(path.name, data, path)
+            yield "blob decoded", decode_blob(path.name, data, path)
     if data.startswith(b"MLR1"):  # a pack: each of its blobs decoded
-        from stores.blobs import BlobStore, pack_records
+        from stores.blobs import decode_blob, pack_records
 
-        unpack = BlobStore(path.parent.parent)._decode
         for sha, at, n in pack_records(data):
             with contextlib.suppress(Exception):
-                yield f"pack blob {sha[:12]} decoded", unpack(sha, data[at : at + n], path)
+                yield f"pack blob {sha[:12]} decoded", decode_blob(sha, data[at : at + n], path)
     if data[:4] == b"PAR1" and data[-4:] == b"PAR1":
         import pyarrow.parquet as pq
 

@@ -387,10 +387,10 @@ class _SlowConnection(sqlite3.Connection):
 
 
 def _open_and_use_index(path: str, barrier: Any, answers: Any) -> None:
-    from stores.blobs import _PackIndex
+    from stores.blobs.index import PackIndex
 
     barrier.wait()
-    index = _PackIndex(Path(path))
+    index = PackIndex(Path(path))
     try:
         index.add(f"pack-{os.getpid()}", [("ab" * 32, 0, 10)], 10)
         answers.put(len(index.lookup("ab" * 32)) >= 1)
@@ -430,7 +430,7 @@ def test_a_full_disk_under_the_pack_index_is_an_os_error_naming_the_file(
 ) -> None:
     """SQLite's "database or disk is full" reaches the CLI as the OSError it
     reports (file and cause, exit 1, no traceback), and the index stays usable."""
-    from stores.blobs import _PackIndex
+    from stores.blobs.index import PackIndex
 
     mnt = tmp_path / "small"
     mnt.mkdir()
@@ -442,7 +442,7 @@ def test_a_full_disk_under_the_pack_index_is_an_os_error_naming_the_file(
     if mounted.returncode != 0:
         pytest.skip("cannot mount a tmpfs here (not root)")
     try:
-        index = _PackIndex(mnt / ".packs.sqlite")
+        index = PackIndex(mnt / ".packs.sqlite")
         index.add("pack-0", [("00" * 32, 0, 1)], 1)
         with pytest.raises(OSError) as raised:
             for n in range(1, 10_000):

@@ -479,7 +479,7 @@ def test_debug_shows_the_workers_imap_conversation_too_without_the_password(
     """A large folder is fetched by worker processes on their own connections: their
     conversation is logged under --debug as well, masked the same way."""
     user = imap_user("fastmail")
-    many = 450  # above pipeline.sync._WORKER_FETCH_MIN: the workers fetch
+    many = 450  # above pipeline.sync.fetch.WORKER_FETCH_MIN: the workers fetch
     user.bulk_maildir(
         "INBOX",
         [

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from pipeline.cli import main
-from pipeline.output import format_table, write_column
+from pipeline.cli.output import format_table, write_column
 from pipeline.store import MessageStore
 
 REPO = Path(__file__).resolve().parents[2]

@@ -24,6 +24,7 @@ from pipeline.importers import import_maildir, import_mbox
 from pipeline.ingest import Incoming, Ingest, Prepared, prepare
 from pipeline.store import MessageStore
 from projections.queries import locations as locations_mod
+from stores.blobs import fs as blob_fs
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "maildir"
 COUNTED = (
@@ -223,14 +224,14 @@ def test_every_commit_with_blobs_from_workers_flushes_them_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     synced: list[int] = []
-    real = stores.blobs._syncfs
+    real = blob_fs.syncfs
     store_ref: list[MessageStore] = []
 
     def syncfs(path: Path) -> None:
         synced.append(store_ref[0].log.last_seq())  # before the batch's file is visible
         real(path)
 
-    monkeypatch.setattr(stores.blobs, "_syncfs", syncfs)
+    monkeypatch.setattr(blob_fs, "syncfs", syncfs)
     with _open(tmp_path / "store") as st:
         store_ref.append(st)
         counts = import_maildir(st, FIXTURES, workers=2, batch_size=4)

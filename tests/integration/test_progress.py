@@ -201,23 +201,21 @@ def test_verify_on_a_terminal_shows_each_step_and_counts_the_blobs(
 def test_progress_shows_only_on_a_terminal_and_not_when_logging_is_quieter_than_warning(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import argparse
     import logging
 
-    from pipeline import cli
+    from pipeline.cli.common import command_progress
 
-    args = argparse.Namespace()
     with _pty() as (_, slave), open(slave, "w", closefd=False) as tty:
         monkeypatch.setattr(sys, "stderr", tty)
-        assert isinstance(cli._progress(args), TerminalProgress)
+        assert isinstance(command_progress(), TerminalProgress)
         logger = logging.getLogger("mailledger")
         monkeypatch.setattr(logger, "level", logging.ERROR)  # what -q sets (pipeline.verbosity)
-        assert cli._progress(args) is NO_PROGRESS
+        assert command_progress() is NO_PROGRESS
         monkeypatch.setattr(logger, "level", logging.NOTSET)
-        assert isinstance(cli._progress(args), TerminalProgress)
+        assert isinstance(command_progress(), TerminalProgress)
     with open(tmp_path / "err", "w") as cron:
         monkeypatch.setattr(sys, "stderr", cron)
-        assert cli._progress(args) is NO_PROGRESS
+        assert command_progress() is NO_PROGRESS
 
 
 # -- the terminal display itself --------------------------------------------------

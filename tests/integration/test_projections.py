@@ -349,13 +349,13 @@ def test_a_fold_probing_its_keys_in_chunks_gives_the_tables_of_a_replay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, ratio: int
 ) -> None:
     """A fold with more keys than one statement's literals probes the indexes a
-    chunk at a time (``_probed``, ``_delete_where_in``) or scans a table too small
-    for that (``_PROBE_RATIO``): stored rows found, threads merged, deletions and
+    chunk at a time (``probed``, ``delete_where_in``) or scans a table too small
+    for that (``PROBE_RATIO``): stored rows found, threads merged, deletions and
     sightings at known places folded as by a replay, either way."""
-    import projections.fold
+    from projections.fold import probes
 
-    monkeypatch.setattr(projections.fold, "INDEX_KEYS_MAX", chunk)
-    monkeypatch.setattr(projections.fold, "_PROBE_RATIO", ratio)
+    monkeypatch.setattr(probes, "INDEX_KEYS_MAX", chunk)
+    monkeypatch.setattr(probes, "PROBE_RATIO", ratio)
     ops = [
         ("seen", "m0@pool", None, ["ghost1@nowhere"], "hi", T0, ("imap-a", "INBOX", 1, 1, None), 0),
         ("seen", "m1@pool", "m0@pool", ["m1@pool"], None, None, ("imap-a", "INBOX", 1, 2, None), 0),
@@ -613,7 +613,7 @@ def test_a_log_file_gone_after_the_rebuild_began_is_read_from_the_chunks_instead
     """The builders read the log's files where they lie: a file gone midway (a
     compaction replaced it after the first read) fails a builder's read; the
     rebuild starts over from the events handed over, and gives the same tables."""
-    import projections.fold as fold
+    from projections.fold import bulk
 
     store = _populated_store(tmp_path / "store")
     store.close()
@@ -623,7 +623,7 @@ def test_a_log_file_gone_after_the_rebuild_began_is_read_from_the_chunks_instead
     files = [tmp_path / f.path.name for f in log.files()]
     for f, copy in zip(log.files(), files, strict=True):
         copy.write_bytes(f.path.read_bytes())
-    real = fold._stage_files
+    real = bulk.stage_files
 
     def then_gone(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> int | None:
         last = real(con, paths)
@@ -631,7 +631,7 @@ def test_a_log_file_gone_after_the_rebuild_began_is_read_from_the_chunks_instead
         files[-1].unlink()
         return last
 
-    monkeypatch.setattr(fold, "_stage_files", then_gone)
+    monkeypatch.setattr(bulk, "stage_files", then_gone)
     con = duckdb.connect()
     assert rebuild(con, chunks, files=files) == log.last_seq() > 0
     assert "failed to read" in caplog.text  # (the builders did meet the gone file)

@@ -163,7 +163,7 @@ def test_kill_9_during_a_spilling_replay_leaves_the_old_projections_in_use(
 
 
 def test_location_keys_are_spelled_alike_in_python_and_sql(tmp_path: Path) -> None:
-    from projections.fold import _LOC_KEY
+    from projections.fold.locations import LOC_KEY
 
     con = duckdb.connect()
     cases = [
@@ -174,7 +174,7 @@ def test_location_keys_are_spelled_alike_in_python_and_sql(tmp_path: Path) -> No
     ]
     for source, folder, uidvalidity, uid, uidl in cases:
         sql = con.execute(
-            f"SELECT {_LOC_KEY} FROM (SELECT ?::VARCHAR AS source, ?::VARCHAR AS folder,"
+            f"SELECT {LOC_KEY} FROM (SELECT ?::VARCHAR AS source, ?::VARCHAR AS folder,"
             " ?::BIGINT AS uidvalidity, ?::BIGINT AS uid, ?::VARCHAR AS uidl)",
             [source, folder, uidvalidity, uid, uidl],
         ).fetchall()[0][0]
@@ -234,13 +234,13 @@ def test_builders_out_of_memory_are_retried_one_at_a_time(
     """Builders at once ran out of memory (DuckDB's own error, raised here on the
     first try: a real one needs a store larger than a test): the tables are built
     again one at a time, and they are the tables a plain rebuild gives."""
-    import projections.fold as fold
+    from projections.fold import bulk
 
     log = EventLog(tmp_path / "log", durable=False)
     log.append(_events(3000))
     want = duckdb.connect()
     rebuild(want, [log.read()])
-    real, calls = fold._build, []
+    real, calls = bulk.build_tables, []
 
     def failing_once(con: duckdb.DuckDBPyConnection, builders: int) -> None:
         calls.append(builders)
@@ -248,7 +248,7 @@ def test_builders_out_of_memory_are_retried_one_at_a_time(
         if len(calls) == 1:
             raise duckdb.OutOfMemoryException("could not allocate block")
 
-    monkeypatch.setattr(fold, "_build", failing_once)
+    monkeypatch.setattr(bulk, "build_tables", failing_once)
     have = duckdb.connect()
     assert rebuild(have, [log.read()], builders=3) == 3000
     assert calls == [3, 1]

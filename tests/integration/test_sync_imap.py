@@ -401,7 +401,7 @@ def test_failing_message_stalls_the_cursor_but_later_ones_are_stored(
     assert code == 0 and inbox["cursor_to"] == 5 and inbox["bodies"] == 1
 
 
-# A folder with this many bodies to fetch (above pipeline.sync._WORKER_FETCH_MIN)
+# A folder with this many bodies to fetch (above pipeline.sync.fetch.WORKER_FETCH_MIN)
 # is fetched by the worker processes, each on an IMAP connection of its own.
 _MANY = 450
 

@@ -1,0 +1,122 @@
+"""The ``mailledger`` entry point: the parser of every command, and ``main()``,
+where every exception that ends a command becomes its exit code."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import textwrap
+from collections.abc import Mapping, Sequence
+
+from pipeline.bootstrap import App
+from pipeline.cli import admin, dispatching, docs, output, reading, syncing
+from pipeline.cli.common import resolve_store
+from pipeline.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from pipeline.cli.parsing import Parser, Version, global_options
+from pipeline.verbosity import LogSetup
+from stores.errors import ConfigError, MailledgerError, NotFoundError, UsageError
+
+__all__ = ["build_parser", "main"]
+
+# the commands, in the order ``--help``, the completion script and the manual list them
+_COMMANDS = (
+    admin.add_import,
+    admin.add_replay,
+    reading.add_find,
+    reading.add_show,
+    reading.add_thread,
+    admin.add_delete,
+    reading.add_query,
+    admin.add_verify,
+    admin.add_compact,
+    reading.add_stats,
+    syncing.add_sync,
+    dispatching.add_dispatch,
+    reading.add_cursor,
+    docs.add_completion,
+    docs.add_man,
+)
+
+
+def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
+    """The parser of the whole command line (``env``: the environment it runs in)."""
+    parser = Parser(
+        prog="mailledger",
+        description="Keep mail safe and findable: an event log of every message seen.",
+        epilog=textwrap.dedent(
+            """\
+            examples:
+              mailledger import maildir ~/Maildir
+              mailledger find subject 'Re: budget'
+              mailledger thread '<id@example.com>'
+              mailledger query "select * from thread('<id@example.com>')"
+            """
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action=Version)
+    global_options(parser, after_command=False)
+    subs = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=Parser
+    )
+    for add in _COMMANDS:
+        add(subs)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    env = os.environ if env is None else env
+    # What a command creates in a store (the DuckDB file and its WAL included) is
+    # the owner's alone: 0700 directories, 0600 files. Restored on return (the
+    # metrics textfile, written under the caller's umask, must stay readable).
+    umask = os.umask(0o077)
+    logs: LogSetup | None = None
+    try:
+        parser = build_parser(env)
+        args = parser.parse_args(argv)
+        args.parser = parser  # (completion and man describe it)
+        args.env = env
+        args.app = App(env)  # the run: its clock, run id, stores and sources
+        args.umask = umask
+        logs = LogSetup(args.log_level)  # the verbosity contract: pipeline/verbosity.py
+        if args.opens_store:
+            resolve_store(args)  # (sync and dispatch read the whole config file)
+        code = int(args.fn(args))
+        sys.stdout.flush()  # (here, where a reader gone is caught, not at exit)
+        return code
+    except (UsageError, ConfigError) as exc:
+        print(f"mailledger: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except NotFoundError as exc:
+        print(f"mailledger: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except MailledgerError as exc:  # LogIntegrityError, LockTimeout, SourceError...
+        print(f"mailledger: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except OSError as exc:  # a full disk, a read-only store: say which file, no traceback
+        if isinstance(exc, BrokenPipeError) and output.stdout_closed():
+            # `mailledger query ... | head -1`: the reader has what it wanted. Quiet and
+            # successful, as `grep` or `ls` are; the rest of the output goes nowhere.
+            # (A broken pipe elsewhere, a server's socket, is an error as any.)
+            output.silence(sys.stdout)
+            return EXIT_OK
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"mailledger: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("mailledger: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        import duckdb
+
+        if not isinstance(exc, duckdb.Error):
+            raise
+        # the projection database failed (a full disk, say); the log is not affected
+        print(f"mailledger: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        if logs is not None:
+            logs.undo()
+        os.umask(umask)

@@ -1,0 +1,194 @@
+"""``mailledger sync``: the configured accounts, once or (``--watch``) until stopped.
+
+The command reads the config file, runs ``pipeline.sync.sync_accounts`` against
+a store (a real one under ``--apply``; a scratch copy for a dry run; none for
+``--measure``), prints its lines and its summary, writes the metrics textfile
+and, watching, waits for the next change between runs."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline.cli import output
+from pipeline.cli.common import command_progress, default_store_path, memory_budget
+from pipeline.cli.exits import EXIT_OK, exit_code, with_exit
+from pipeline.cli.parsing import add_command
+from stores.errors import UsageError
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
+    from pipeline.progress import Progress
+    from pipeline.reports import RunReport, SyncOptions
+
+__all__ = ["add_sync"]
+
+log = logging.getLogger("mailledger.cli")
+
+
+def interval(text: str) -> float:
+    """``300``, ``30s``, ``5m``, ``1h`` -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        value = float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an interval: {text!r} (try 30s, 5m, 1h)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("the interval must be positive")
+    return value
+
+
+def _emitter(json_report: bool) -> Callable[..., None]:
+    """How the run's lines are printed: on stdout (stderr when the report goes to
+    stdout as JSON); under ``-q`` only errors, alarms and a failed run's summary."""
+    out = sys.stderr if json_report else sys.stdout
+    quiet = not logging.getLogger("mailledger").isEnabledFor(logging.WARNING)
+
+    def emit(line: str, *, failed: bool = False) -> None:
+        if quiet and not failed and not line.startswith(("error", "ALARM")):
+            return  # -q: errors, alarms and the summary of a failed run only
+        try:
+            print(line, file=out, flush=True)
+        except BrokenPipeError:  # (`sync | head -1`): the run goes on, unheard
+            output.silence(out)
+
+    return emit
+
+
+def _run_once(
+    args: argparse.Namespace,
+    config: Config,
+    store_path: Path,
+    opts: SyncOptions,
+    emit: Callable[..., None],
+    only: set[str] | None,
+    progress: Progress,
+) -> RunReport:
+    """One sync of every account asked for, against the store its mode wants."""
+    import tempfile
+
+    from pipeline.sync import sync_accounts
+
+    env, sources = args.env, args.app.sources
+    if opts.measure:
+        return sync_accounts(None, config, env, opts, emit=emit, only=only, sources=sources)
+    if opts.apply:
+        budget = memory_budget(args) or config.store_memory
+        with args.app.open_store(store_path, create=True, memory=budget) as store:
+            return sync_accounts(
+                store, config, env, opts, emit=emit, only=only, progress=progress, sources=sources
+            )
+    # dry run: read the cursors if a store exists, write nothing anywhere
+    with tempfile.TemporaryDirectory(prefix="mailledger-dry-") as tmp:
+        exists = (Path(store_path) / "store.json").exists()
+        where = Path(store_path) if exists else Path(tmp) / "store"
+        with args.app.open_store(where, create=not exists) as store:
+            return sync_accounts(store, config, env, opts, emit=emit, only=only, sources=sources)
+
+
+def _write_metrics(
+    args: argparse.Namespace, path: Path, result: dict[str, Any], *, succeeded: bool
+) -> None:
+    from pipeline.metrics import write_metrics  # (prometheus-client: 50 ms of imports)
+
+    private = os.umask(getattr(args, "umask", 0o022))  # node_exporter must read it
+    try:
+        write_metrics(Path(path), result, args.app.now(), succeeded=succeeded)
+    finally:
+        os.umask(private)
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from pipeline.config import default_config_path, load_config
+    from pipeline.reports import SyncOptions
+    from pipeline.sync import wait_for_change
+
+    env = args.env
+    config = load_config(args.config or default_config_path(env), env)
+    store_path = args.store or config.store_path or default_store_path(env)
+    log.info("config %s, store %s", config.path, store_path)
+    metrics_file = args.metrics_file or config.metrics_file
+    only = set(args.account) if args.account else None
+    if only and not only <= set(config.accounts):
+        unknown = ", ".join(sorted(only - set(config.accounts)))
+        raise UsageError(f"no account named {unknown} in {config.path}")
+    opts = SyncOptions(
+        apply=args.apply,
+        limit=args.limit,
+        reconcile=args.reconcile,
+        measure=args.measure,
+        mode_label="watch" if args.watch else None,
+        workers=args.workers if args.workers is not None else min(2, os.cpu_count() or 1),
+    )
+    emit = _emitter(args.json)
+    progress = command_progress(delay=0.5)  # (a folder of a few new messages: no bar)
+    stop = threading.Event()
+    if args.watch:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+
+    code = EXIT_OK
+    first = True
+    while True:
+        if not first:
+            args.app = args.app.next_run()  # (a watch cycle is a run of its own)
+        first = False
+        report = _run_once(args, config, store_path, opts, emit, only, progress)
+        code = exit_code(report)
+        result = with_exit(report.as_dict(), code)
+        # each ALARM was printed once, where it was raised: the summary counts them
+        emit(
+            f"{'sync' if opts.apply else 'dry-run' if not opts.measure else 'measure'}"
+            f" run={report.run_id} accounts={len(report.accounts)} errors={report.errors}"
+            f" alarms={len(report.alarms)} balanced={report.balanced} exit={code}",
+            failed=code != EXIT_OK,
+        )
+        if metrics_file and opts.apply:
+            _write_metrics(args, metrics_file, result, succeeded=not report.failed)
+        if args.json:
+            output.print_json(result)
+        if not args.watch or stop.is_set():
+            break
+        why = wait_for_change(config, env, args.interval, stop, only=only, sources=args.app.sources)
+        emit(f"watch: woke up ({why})")
+        if stop.is_set():
+            break
+    return code
+
+
+def add_sync(subs: Any) -> None:
+    p = add_command(
+        subs,
+        "sync",
+        cmd_sync,
+        "sync IMAP and POP3 accounts (dry run unless --apply): only new mail, never a body twice",
+        "mailledger sync --apply --config ~/.config/mailledger/config.toml",
+        opens_store=False,
+    )
+    p.add_argument("--apply", action="store_true", help="write to the store (default: dry run)")
+    p.add_argument("--measure", action="store_true", help="STATUS per folder only; no store")
+    p.add_argument("--limit", type=int, help="at most N messages per folder per run")
+    p.add_argument(
+        "--reconcile",
+        action="store_true",
+        help="compare each folder in full: record vanished messages, fetch what is missing",
+    )
+    p.add_argument("--watch", action="store_true", help="repeat until SIGINT/SIGTERM")
+    p.add_argument("--interval", type=interval, default=300.0, help="watch interval (5m)")
+    p.add_argument("--account", action="append", help="only this account (repeatable)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="processes that fetch (a folder with 300+ bodies to fetch: each on its own"
+        " connection), parse and store bodies (default 2; 0: none, one connection)",
+    )
+    p.add_argument("--metrics-file", type=Path, help="Prometheus textfile to write")
+    p.add_argument("--json", action="store_true", help="print the run report as JSON")

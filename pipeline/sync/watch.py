@@ -1,0 +1,59 @@
+"""Between two ``sync --watch`` runs: wait for the server to report a change
+(IMAP IDLE), the interval to pass, or a stop request."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline.bootstrap import Sources
+from pipeline.config import Config, resolve_secret
+from pipeline.sync.sources import select_folders
+from stores.errors import MailledgerError
+
+__all__ = ["wait_for_change"]
+
+log = logging.getLogger("mailledger.sync")
+
+
+def wait_for_change(
+    config: Config,
+    env: Mapping[str, str],
+    seconds: float,
+    stop: Any,
+    *,
+    only: set[str] | None = None,
+    sources: Sources,
+) -> str:
+    """Between two watch cycles: IDLE on the first IMAP account's first folder
+    until the server reports a change, ``seconds`` pass or ``stop`` is set;
+    a plain wait where the server has no IDLE. Returns why it woke up."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    account = next(
+        (a for n, a in config.accounts.items() if a.type == "imap" and (not only or n in only)),
+        None,
+    )
+    if account is not None:
+        try:
+            with sources.imap(account, resolve_secret(account, env)) as src:
+                folders = select_folders(src.list_folders(), account.folders, account.exclude)
+                # where new mail lands first: INBOX, else Gmail's \All, else the first folder
+                folders.sort(key=lambda f: (f.name.upper() != "INBOX", "\\All" not in f.attributes))
+                if folders and src.can_idle():
+                    first = True
+                    while not stop.is_set():
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            return "interval"
+                        # short IDLE slices: a stop request is seen within two seconds
+                        if src.idle_wait(folders[0].name, min(left, 2.0), reopen=first):
+                            return f"IDLE: {account.name} {folders[0].name} changed"
+                        first = False
+                    return "stop"
+        except MailledgerError as exc:
+            log.warning("watch: IDLE unavailable (%s); waiting %.0fs", exc, seconds)
+    stop.wait(max(0.0, deadline - time.monotonic()))
+    return "stop" if stop.is_set() else "interval"

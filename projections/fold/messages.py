@@ -1,0 +1,171 @@
+"""The ``messages`` projection: one row per stored Message-ID, the winning
+sighting's columns with the keys the normalization rules derive from them. Its
+fold also keeps the header index and the thread graph of the rows it writes and
+removes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from projections.fold.batch import DELETED, SEEN, pc
+from projections.fold.headers import INSERT_ENTRIES, delete_entries, entries
+from projections.fold.probes import delete_where_in, probed, register_table, values_of
+from projections.fold.threads import EDGES, refresh_threads
+from projections.normalize import normalize_subject
+
+__all__ = [
+    "DECIDE",
+    "MESSAGE_EVENTS",
+    "NEW_ROWS",
+    "NONE_EXISTING",
+    "date_columns",
+    "derived_columns",
+    "fold_messages",
+    "subject_keys",
+]
+
+# The events this projection folds.
+MESSAGE_EVENTS = frozenset({SEEN, DELETED})
+
+# Which message-seen wins, per Message-ID in the batch: after the last delete of
+# the batch, the first sighting; with no delete, the first sighting unless the
+# id was already stored (first seen wins: later sightings add locations only).
+# ``{existing}``: SQL selecting the batch's ids that the messages table holds.
+DECIDE = f"""
+CREATE OR REPLACE TEMP TABLE _decide AS
+WITH ev AS (
+    SELECT seq, type, message_id FROM _batch WHERE type IN ('{SEEN}', '{DELETED}')
+), g AS (
+    SELECT message_id, max(seq) FILTER (WHERE type = '{DELETED}') AS last_del
+    FROM ev GROUP BY message_id
+), w AS (
+    SELECT ev.message_id, min(ev.seq) AS win FROM ev JOIN g USING (message_id)
+    WHERE ev.type = '{SEEN}' AND ev.seq > coalesce(g.last_del, 0) GROUP BY ev.message_id
+)
+SELECT g.message_id, g.last_del, w.win,
+       g.message_id IN ({{existing}}) AS existed
+FROM g LEFT JOIN w USING (message_id)
+"""
+
+
+NONE_EXISTING = "SELECT NULL::VARCHAR WHERE false"
+
+
+_MESSAGE_COLUMNS = (
+    "message_id, seq, source, folder, uidvalidity, uid, uidl, size, sha256, subject,"
+    ' date_utc, date_offset_min, from_addr, to_addrs, in_reply_to, "references", list_id,'
+    " synthetic_id, defects"
+)
+
+
+# The new ``messages`` rows: the winning events of ``_batch``, with their ``_derived``.
+NEW_ROWS = (
+    f"SELECT {_MESSAGE_COLUMNS}, d.subject_key, d.date_key, d.date_iso,"
+    " recorded_at AS indexed_at FROM _batch JOIN _derived d USING (seq)"
+)
+
+
+def subject_keys(subjects: pa.ChunkedArray | pa.Array) -> Any:
+    """``normalize_subject`` of each value, computed once per distinct subject
+    (replies share their thread's subject)."""
+    subjects = pc().cast(subjects, pa.string())
+    uniq = pc().unique(subjects)
+    keys = pa.array([normalize_subject(v) for v in uniq.to_pylist()], pa.string())
+    return pc().take(keys, pc().index_in(subjects, value_set=uniq, skip_nulls=False))
+
+
+def date_columns(dates: pa.ChunkedArray | pa.Array) -> tuple[Any, Any]:
+    """(``date_key``, ISO 8601 UTC) of each timestamp, vectorized.
+
+    Spells exactly what ``normalize.date_key`` does (UTC day, zero-padded
+    ``YYYY-MM-DD``), so index keys and query keys meet; a test holds the two
+    together.
+    """
+    dates = pc().cast(dates, pa.timestamp("us", tz="UTC"))
+
+    def pad(values: Any, width: int) -> Any:
+        return pc().utf8_lpad(pc().cast(values, pa.string()), width, "0")
+
+    day = pc().binary_join_element_wise(
+        pad(pc().year(dates), 4), pad(pc().month(dates), 2), pad(pc().day(dates), 2), "-"
+    )
+    clock = pc().binary_join_element_wise(
+        pad(pc().hour(dates), 2), pad(pc().minute(dates), 2), pad(pc().second(dates), 2), ":"
+    )
+    iso = pc().binary_join_element_wise(day, pa.scalar("T"), clock, pa.scalar("Z"), "")
+    return day, iso
+
+
+def derived_columns(rows: pa.Table) -> pa.Table:
+    """The columns the normalization rules define (``seq``, ``subject_key``,
+    ``date_key``, ``date_iso``) of message rows with ``seq``, ``subject``, ``date_utc``."""
+    day, iso = date_columns(rows.column("date_utc"))
+    return pa.table(
+        {
+            "seq": rows.column("seq"),
+            "subject_key": subject_keys(rows.column("subject")),
+            "date_key": day,
+            "date_iso": iso,
+        }
+    )
+
+
+def fold_messages(con: duckdb.DuckDBPyConnection) -> None:
+    """Fold the batch's sightings and deletions into ``messages``, with the header
+    index entries and thread edges of the rows written and removed, and the
+    threads they touch recomputed (``DECIDE`` says which sighting wins)."""
+    ids = sorted(
+        values_of(
+            con, f"SELECT DISTINCT message_id FROM _batch WHERE type IN ('{SEEN}', '{DELETED}')"
+        )
+    )
+    # the stored rows of the batch's ids: probed, not scanned, for a small batch
+    register_table(con, "_existing", probed(con, "messages", "message_id", ids))
+    con.execute(DECIDE.format(existing="SELECT message_id FROM _existing"))
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _removed AS SELECT e.* FROM _decide d"
+        " JOIN _existing e USING (message_id) WHERE d.existed AND d.last_del IS NOT NULL"
+    )
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _win AS SELECT win AS seq FROM _decide"
+        " WHERE win IS NOT NULL AND NOT (existed AND last_del IS NULL)"
+    )
+    removed = sorted(values_of(con, "SELECT message_id FROM _removed"))
+    wins = con.execute("SELECT count(*) FROM _win").fetchall()[0][0]
+    if not removed and not wins:
+        for name in ("_decide", "_removed", "_win", "_existing"):
+            con.execute(f"DROP TABLE {name}")
+        return
+    if removed:
+        gone = "SELECT message_id FROM _removed"
+        delete_where_in(con, "messages", "message_id", removed, gone)
+        # (no index on child: a delete reads the edges; a fetch never does)
+        con.execute(f"DELETE FROM thread_edges WHERE child IN ({gone})")
+        delete_entries(con)
+
+    small = con.sql(
+        "SELECT seq, subject, date_utc FROM _batch WHERE seq IN (SELECT seq FROM _win)"
+    ).to_arrow_table()
+    con.register("_derived", derived_columns(small))
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _new AS {NEW_ROWS}")
+    con.unregister("_derived")
+    con.execute("INSERT INTO messages BY NAME SELECT * FROM _new")
+    con.execute(INSERT_ENTRIES.format(src=f"({entries('_new')})"))
+    con.execute("INSERT INTO thread_edges " + EDGES)
+    affected = (
+        set(removed)
+        | values_of(con, "SELECT message_id FROM _new")
+        | values_of(
+            con,
+            "SELECT in_reply_to FROM _new WHERE in_reply_to IS NOT NULL"
+            ' UNION SELECT unnest("references") FROM _new',
+        )
+    )
+    refresh_threads(
+        con, affected, new=values_of(con, "SELECT message_id FROM _new"), removed=set(removed)
+    )
+    for name in ("_decide", "_removed", "_win", "_new", "_existing"):
+        con.execute(f"DROP TABLE {name}")

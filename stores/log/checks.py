@@ -1,0 +1,72 @@
+"""Whether a log file is whole: its rows against its name and its digest; and
+``log/.checked.json``, the files already found whole.
+
+The cache maps a file's name to the ``stat_key`` it had when checked (or when
+this code wrote it): a file is read in full again only when that changed.
+Deleting the cache only makes the next open check everything again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+from stores import arrow
+from stores.atomic import replace_file, unique_name
+from stores.digest import digest_matches
+from stores.log.files import DIGEST_KEY, LogFile
+
+__all__ = ["CheckedCache", "check_file"]
+
+_CHECKED = ".checked.json"
+
+
+def check_file(f: LogFile) -> str | None:
+    """What is wrong with file ``f`` (None when whole and untampered)."""
+    try:
+        pf = arrow.parquet().ParquetFile(f.path)
+        meta = pf.schema_arrow.metadata or {}
+        table = pf.read()
+        table.validate(full=True)  # damaged pages may decode into invalid UTF-8
+        if table.num_rows != f.rows:
+            return f"{f.path}: holds {table.num_rows} rows, its name says {f.rows}"
+        if "seq" not in table.column_names or table.column("seq").to_pylist() != list(
+            range(f.first, f.last + 1)
+        ):
+            return f"{f.path}: seq column does not match its name"
+        digest = meta.get(DIGEST_KEY)
+        if digest is None:
+            return f"{f.path}: no mailledger digest in its metadata"
+        if not digest_matches(table, digest):
+            return f"{f.path}: rows do not match their digest (tampered with?)"
+    except FileNotFoundError:
+        raise
+    except Exception as exc:
+        # a damaged page that still decompressed can fail anywhere in decoding
+        # (invalid UTF-8, a timestamp out of range...): never a traceback,
+        # always the file's name
+        return f"{f.path}: unreadable: {type(exc).__name__}: {exc}"
+    return None
+
+
+class CheckedCache:
+    """The files of log directory ``root`` found whole: name -> ``stat_key``."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / _CHECKED
+
+    def load(self) -> dict[str, list[int]]:
+        """The cache (empty when missing or unreadable)."""
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def save(self, entries: dict[str, list[int]]) -> None:
+        """Replace the cache (best effort: a reader may lack the right to write)."""
+        path = self.path
+        with contextlib.suppress(OSError):  # (a leftover ".tmp-" is removed by an append)
+            replace_file(path, json.dumps(entries).encode(), durable=False,
+                         tmp=unique_name(path, prefix=".tmp-checked-", suffix=""))  # fmt: skip
