@@ -10,6 +10,7 @@ from argparse_manpage.manpage import Manpage
 from tqdm import tqdm
 
 import pipeline
+from pipeline.ingest import RunCounts
 from pipeline.reports import FolderReport
 from stores.blobs import BlobStore
 from stores.events import CursorMoved, Event, MessageSeen, UidvalidityChanged
@@ -53,3 +54,4 @@ Manpage.manual
 
 # Reaches the JSON report through ``as_dict()``; tests assert it.
 FolderReport.bytes_fetched
+RunCounts.bytes_read

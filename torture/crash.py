@@ -143,7 +143,7 @@ def inspect(store: Path, expected: set[str] | None) -> Facts:
         ]
         files = st.log.files()
         with st.session():
-            fp = fingerprint(st._reader())
+            fp = fingerprint(st.projector.reader())
         return Facts(
             ids=ids,
             seen_events=seen.to_pylist()[0]["n"],

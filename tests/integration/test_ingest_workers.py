@@ -19,12 +19,12 @@ import pytest
 
 import stores.blobs
 from pipeline import ingest as ingest_mod
-from pipeline import store as store_mod
 from pipeline.cli import main
 from pipeline.ingest import Incoming, Ingest, Prepared, prepare
 from pipeline.sources.maildir import import_maildir
 from pipeline.sources.mbox import import_mbox
 from pipeline.store import MessageStore
+from projections.queries import locations as locations_mod
 from stores.blobs import fs as blob_fs
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "maildir"
@@ -397,7 +397,7 @@ def test_an_import_into_a_new_store_builds_its_projections_once_at_the_end(
             _put(more / "cur" / f"{i}:2,", _msg(f"n{i}@x", f"t{i}"))
         ingest = Ingest(st, "import:more", batch_size=1)
         _offer_files(ingest, more, [f"{i}:2," for i in range(3)])  # two batches committed
-        assert st._unapplied == []
+        assert st.projector.unfolded == 0
         ingest.flush()
         assert len(st.message_ids()) == 12 and st.verify() == []
 
@@ -442,7 +442,7 @@ def test_the_deleted_contents_of_a_source_are_read_either_way(
 ) -> None:
     """A source's locations whose message is no longer stored, read by the query for
     a few locations or by the one for many; another source's are not."""
-    monkeypatch.setattr(store_mod, "_FEW_PLACES", few)
+    monkeypatch.setattr(locations_mod, "FEW_PLACES", few)
     root = _erasable(tmp_path)
     with _open(tmp_path / "store") as st:
         import_maildir(st, root)

@@ -262,9 +262,9 @@ def test_find_listing_prints_what_listing_of_find_prints(
 ) -> None:
     """A line per hit in find's (code point) order, an undated one with ``-``;
     whether the hits are listed through the index or joined in one scan."""
-    import pipeline.store
+    import projections.queries.messages
 
-    monkeypatch.setattr(pipeline.store, "INDEX_KEYS_MAX", index_max)
+    monkeypatch.setattr(projections.queries.messages, "INDEX_KEYS_MAX", index_max)
     ids = ["zed@x", "Zed@x", "\u0105b@x", "a\U0001f600@x", "A1@x"]
     for i, mid in enumerate(ids):
         date = f"Date: Fri, 26 Jun 2026 0{i}:00:00 +0000\n" if i % 2 else ""
@@ -285,12 +285,12 @@ def test_find_listing_leaves_out_another_key_of_the_same_hash(
 ) -> None:
     """A header_index row of another key with the key's hash (a collision: made by
     hand, no real pair of keys is known to collide) is not a hit of the key."""
-    import pipeline.store
+    import projections.queries.messages
     from projections.fold import key_hash
 
-    monkeypatch.setattr(pipeline.store, "INDEX_KEYS_MAX", index_max)
+    monkeypatch.setattr(projections.queries.messages, "INDEX_KEYS_MAX", index_max)
     with filled.session():
-        con = filled._writer()
+        con = filled.projector.writer()
         kh = key_hash(con, "subject", "lunch")
         con.execute(
             "INSERT INTO header_index VALUES (?, 'subject', 'dinner', ?), (?, 'from', 'lunch', ?)",
@@ -338,7 +338,7 @@ def test_projections_of_another_version_or_hash_are_rebuilt_before_a_read(
     con.close()
     assert filled.find("subject", "lunch") == ["other@example.org"]
     with filled.session():
-        con = filled._reader()
+        con = filled.projector.reader()
         meta = meta_values(con)
         assert meta["projection_version"] == projection_version(con) == PROJECTION_VERSION
         assert hash_matches(con)
@@ -557,7 +557,7 @@ def test_a_read_whose_catch_up_fails_leaves_no_stale_hold_and_the_next_read_catc
     not found)."""
     import duckdb
 
-    import pipeline.store as store_module
+    import projections.projector as store_module
 
     assert store.add("u-live", LIVE) == LIVE_ID
     real, failures = store_module.apply_chunks, [2]

@@ -54,7 +54,7 @@ def _skeleton(store: MessageStore) -> list[dict[str, object]]:
 
 def _tables(store: MessageStore) -> dict[str, str]:
     with store.session():
-        return fingerprint(store._reader())
+        return fingerprint(store.projector.reader())
 
 
 def test_purge_erases_bytes_and_headers_and_keeps_skeleton_cursors_and_the_rest(

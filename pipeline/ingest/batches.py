@@ -1,192 +1,30 @@
-"""Recording messages from any source in batches, with the run accounting: every
-message offered is new, a duplicate, skipped or an error (``RunCounts.balanced``).
+"""``Ingest``: the batching writer of one source's ``message-seen`` events.
 
-Sources (importers, fetchers) hand ``Ingest`` raw messages (or the paths of
-files holding them) with their location; it decides per message whether the
-Message-ID is new, a duplicate, or already held from another source, and
-commits ``message-seen`` events in batches. Decisions for a whole batch cost a
-few queries, never one per message. Reading, parsing, compressing and writing
-the blobs is ``prepare``'s work, done by worker processes when there is a pool.
+Messages offered are prepared in chunks (by worker processes when there is a
+pool) while this process decides, per batch and in a few queries, whether each
+Message-ID is new, a duplicate or held from another source, and commits.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import multiprocessing
-import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Executor
 from typing import Any
 
 import pyarrow as pa
 
+from pipeline.ingest.records import Incoming, RunCounts
+from pipeline.ingest.workers import Done
 from pipeline.parse import ParsedMessage
-from pipeline.prepare import Prepared, prepare, watch_parent
+from pipeline.prepare import Prepared, prepare
 from pipeline.store import MessageStore
 from stores.events import Event
 
-__all__ = [
-    "Incoming", "Ingest", "Prepared", "RunCounts", "WorkerPool", "prepare", "worker_pool",
-]  # fmt: skip
+__all__ = ["Ingest"]
 
 log = logging.getLogger("mailledger.ingest")
-
-
-@dataclass
-class RunCounts:
-    """Per-source run counts; ``balanced`` checks the accounting equations."""
-
-    uids_seen: int = 0
-    processed: int = 0
-    vanished: int = 0
-    errors: int = 0
-    bodies_fetched: int = 0
-    known_skipped: int = 0
-    # bodies downloaded only to confirm that known UIDs still name the same
-    # messages: none is processed, so they stay out of the accounting equations
-    bodies_checked: int = 0
-    new_messages: int = 0
-    duplicates: int = 0
-    conflicts_other_source: int = 0
-    malformed: int = 0
-    bytes_read: int = 0
-    events: int = 0
-    error_details: list[str] = field(default_factory=list)
-    # files an importer found in the source that are not mail at all (a Maildir's
-    # control files, say): not messages, so outside the sums; {"path", "reason"} each
-    not_mail: int = 0
-    not_mail_files: list[dict[str, str]] = field(default_factory=list)
-
-    @property
-    def balanced(self) -> bool:
-        return (
-            self.uids_seen == self.processed + self.vanished + self.errors
-            and self.processed == self.bodies_fetched + self.known_skipped
-            and self.processed == self.new_messages + self.duplicates + self.conflicts_other_source
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k != "error_details"}
-        d["balanced"] = self.balanced
-        d["error_details"] = list(self.error_details)
-        d["not_mail_files"] = list(self.not_mail_files)
-        return d
-
-    def add(self, other: RunCounts) -> None:
-        for k, v in other.__dict__.items():
-            if isinstance(v, int):
-                setattr(self, k, getattr(self, k) + v)
-        self.error_details.extend(other.error_details)
-        self.not_mail_files.extend(other.not_mail_files)
-
-
-@dataclass(frozen=True)
-class Incoming:
-    """One raw message and where a source showed it to us.
-
-    ``path``: the file holding the message, read by ``prepare`` (``raw`` is then
-    unused and ``size``, the file's size when it was listed, bounds the batch).
-    """
-
-    raw: bytes
-    folder: str
-    uidl: str | None = None
-    uidvalidity: int | None = None
-    uid: int | None = None
-    internal_date: datetime | None = None
-    message_id: str | None = None  # overrides the parsed id (legacy UIDL import)
-    path: str | None = None
-    size: int = 0
-
-    @property
-    def nbytes(self) -> int:
-        return self.size if self.path is not None else len(self.raw)
-
-    @property
-    def where(self) -> tuple[Any, ...]:
-        return (self.folder, self.uidvalidity, self.uid, self.uidl)
-
-
-class WorkerPool(Executor):
-    """Processes that read (or fetch), parse, compress and store messages while
-    this one commits: started at the first ``submit``, given back by ``release``
-    (the next ``submit`` starts them again).
-
-    A sync releases them at the end of each folder's fetch: idle, they would keep
-    their memory and their IMAP connections through the folder's fold and every
-    small folder after it.
-
-    forkserver, not fork: this process may hold DuckDB threads and locks that a
-    forked child must not inherit. The server preloads only what a worker runs
-    (``pipeline.prepare``, ``pipeline.imap_fetch``), which loads neither pyarrow
-    nor DuckDB: each process of the pool is about 25 MB, not 85, and starting
-    the pool again costs a fork per worker.
-    """
-
-    def __init__(self, workers: int) -> None:
-        self.workers = workers
-        self._pool: ProcessPoolExecutor | None = None
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        if self._pool is None:
-            ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(["pipeline.prepare", "pipeline.sources.imap.fetch"])
-            self._pool = ProcessPoolExecutor(
-                max_workers=self.workers,
-                mp_context=ctx,
-                initializer=watch_parent,
-                initargs=(os.getpid(), logging.getLogger("mailledger").getEffectiveLevel()),
-            )
-        return self._pool.submit(fn, *args, **kwargs)
-
-    def release(self, *, cancel: bool = False) -> None:
-        """End the processes (after the calls already running; ``cancel``: drop
-        those still queued)."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=cancel)
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        self.release(cancel=cancel_futures)
-
-
-@contextlib.contextmanager
-def worker_pool(workers: int) -> Iterator[WorkerPool | None]:
-    """A ``WorkerPool`` of ``workers`` processes for a run (None for 0 workers)."""
-    if workers <= 0:
-        yield None
-        return
-    pool = WorkerPool(workers)
-    try:
-        yield pool
-    except BaseException:
-        # the run failed (a full disk, say): chunks still queued would only write
-        # more blobs that no event will name
-        pool.release(cancel=True)
-        raise
-    pool.release()
-
-
-class _Done:
-    """A finished call with the interface of a Future (no pool in use): like a
-    worker's, its exception is raised by ``result()``, when the batch commits."""
-
-    def __init__(self, fn: Callable[..., list[Prepared]], *args: Any) -> None:
-        self._exc: Exception | None = None
-        self._value: list[Prepared] = []
-        try:
-            self._value = fn(*args)
-        except Exception as exc:
-            self._exc = exc
-
-    def result(self) -> list[Prepared]:
-        if self._exc is not None:
-            raise self._exc
-        return self._value
 
 
 def _deleted_at(
@@ -194,10 +32,10 @@ def _deleted_at(
 ) -> dict[tuple[Any, ...], set[str]]:
     """``MessageStore.deleted_contents`` of ``places`` only (each a (folder, uidvalidity, uid,
     uidl)), probed through the indexes."""
-    rows = store.locations_at(source, places, stale_ok=True)
+    rows = store.locations_at(source, places, as_writer=True)
     if not rows:
         return {}
-    stored = store.stored_ids(sorted({r["message_id"] for r in rows}), stale_ok=True)
+    stored = store.stored_ids(sorted({r["message_id"] for r in rows}), as_writer=True)
     out: dict[tuple[Any, ...], set[str]] = {}
     for r in rows:
         if r["message_id"] not in stored:
@@ -413,14 +251,14 @@ class Ingest:
         if self._ready:
             ready, self._ready = self._ready, []
             done = [p for _, p in ready]
-            self._chunks.append(([it for it, _ in ready], _Done(lambda: done)))
+            self._chunks.append(([it for it, _ in ready], Done(lambda: done)))
         chunk, self._chunk = self._chunk, []
         if not chunk:
             return
         held = self.held(chunk)
         work = [it.path if it.path is not None else it.raw for it in chunk]
         args = (work, self._blobs_root, held)
-        fut = self.pool.submit(prepare, *args) if self.pool is not None else _Done(prepare, *args)
+        fut = self.pool.submit(prepare, *args) if self.pool is not None else Done(prepare, *args)
         self._chunks.append((chunk, fut))
 
     def _seal(self) -> None:
@@ -533,17 +371,7 @@ class Ingest:
                 continue  # this very location and content are on record already
             known_locs.add(key)
             self._ghosts.discard(p.message_id)  # stored again: an event names it
-            events.append(
-                self.store.events.seen(
-                    p,
-                    source=self.source,
-                    folder=it.folder,
-                    uidl=it.uidl,
-                    uidvalidity=it.uidvalidity,
-                    uid=it.uid,
-                    internal_date=it.internal_date,
-                )
-            )
+            events.append(self.store.events.seen(p, **self._place(it)))
         for rec, it in known:
             c.processed += 1
             c.known_skipped += 1
@@ -553,23 +381,24 @@ class Ingest:
             if key in known_locs:
                 continue
             known_locs.add(key)
-            events.append(
-                self.store.events.seen_again(
-                    rec,
-                    source=self.source,
-                    folder=it.folder,
-                    uidl=it.uidl,
-                    uidvalidity=it.uidvalidity,
-                    uid=it.uid,
-                    internal_date=it.internal_date,
-                )
-            )
+            events.append(self.store.events.seen_again(rec, **self._place(it)))
         events.extend(extra)
         if events:
             # durable now; folded into the projections at flush (one fold for many
             # batches is far cheaper than one per batch)
             self._committed(self.store.commit(events, apply=False))
             c.events += len(events)
+
+    def _place(self, it: Incoming) -> dict[str, Any]:
+        """Where this source showed ``it``, as the event factory takes it."""
+        return {
+            "source": self.source,
+            "folder": it.folder,
+            "uidl": it.uidl,
+            "uidvalidity": it.uidvalidity,
+            "uid": it.uid,
+            "internal_date": it.internal_date,
+        }
 
     def _count_owner(self, message_id: str) -> None:
         c = self.counts
@@ -598,9 +427,9 @@ class Ingest:
         # Projections may lag while a bulk run defers its fold; what this run
         # committed itself is in self._owners / self._locs already.
         if new_ids:
-            self._owners.update(self.store.stored_ids(new_ids, stale_ok=True))
+            self._owners.update(self.store.stored_ids(new_ids, as_writer=True))
         if new_places:
-            for r in self.store.locations_at(self.source, new_places, stale_ok=True):
+            for r in self.store.locations_at(self.source, new_places, as_writer=True):
                 self._locs.add((r["folder"], r["uidvalidity"], r["uid"], r["uidl"], r["sha256"]))
             self._places.update(new_places)
 

@@ -1,0 +1,74 @@
+"""Every read of the projection tables, as plain functions of a DuckDB connection.
+
+The connection is one the projector handed out (its tables caught up with the
+log, or lagging only what the asking writer committed itself); these functions
+never open, fold or release anything. ``MessageStore`` and the commands call them
+through the store; the few that need the log's own columns (the decoded headers,
+kept only there) take the log too.
+"""
+
+from __future__ import annotations
+
+from projections.queries.locations import (
+    CURSOR_LOG,
+    FEW_PLACES,
+    contains_uidl,
+    cursor,
+    deleted_contents,
+    folder_cursors,
+    held_shas,
+    known_uidls,
+    locations_at,
+    locations_in,
+    uidls,
+)
+from projections.queries.messages import (
+    count_stored_shas,
+    counts,
+    find_ids,
+    find_key,
+    find_listing,
+    has_messages,
+    headers_at,
+    known_records,
+    listing,
+    message,
+    message_ids,
+    message_rows,
+    message_sha,
+    run_sql,
+    stored_ids,
+    stored_shas,
+    thread_of,
+)
+
+__all__ = [
+    "CURSOR_LOG",
+    "FEW_PLACES",
+    "contains_uidl",
+    "count_stored_shas",
+    "counts",
+    "cursor",
+    "deleted_contents",
+    "find_ids",
+    "find_key",
+    "find_listing",
+    "folder_cursors",
+    "has_messages",
+    "headers_at",
+    "held_shas",
+    "known_records",
+    "known_uidls",
+    "listing",
+    "locations_at",
+    "locations_in",
+    "message",
+    "message_ids",
+    "message_rows",
+    "message_sha",
+    "run_sql",
+    "stored_ids",
+    "stored_shas",
+    "thread_of",
+    "uidls",
+]  # fmt: skip
