@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -233,6 +234,12 @@ class MessageStore:
             return []
         args = (source, places, columns)
         return self.projector.read(queries.locations_at, *args, as_writer=as_writer)
+
+    def held_pool(
+        self, account: str, folder: str, uidvalidity: int, last_uid: int, rng: random.Random
+    ) -> dict[int, tuple[str, str, int | None]]:
+        """A probe of the UIDs a folder holds (see ``queries.held_pool``)."""
+        return self.projector.read(queries.held_pool, account, folder, uidvalidity, last_uid, rng)
 
     def locations_in(
         self, source: str, spans: Sequence[tuple[str, int, int | None]]

@@ -19,8 +19,9 @@ from typing import Any, TypeVar
 import duckdb
 import pyarrow as pa
 
+from projections import snapshot
 from projections.fold import FOLD_SCHEMA, applied_seq, apply_chunks, hash_probe, meta_values
-from projections.queries import run_sql
+from projections.queries import run_sql, snapshot_folders
 from projections.rebuilds import RebuildFiles
 from projections.tables import PROJECTION_VERSION, create_query_views, events_source, events_sql
 from stores import db
@@ -305,6 +306,7 @@ class Projector:
             else:
                 chunks = self.files.log_chunks(after=seq)
             apply_chunks(con, chunks)  # one fold for all of them: its cost is mostly per call
+            self._write_snapshot(con)
         self._folded = max(seq, last)
         if not self._views_ok:  # (the log's first events: the view reads them now)
             self._persist_views(con)
@@ -328,6 +330,16 @@ class Projector:
 
     def _fresh_views(self, con: duckdb.DuckDBPyConnection) -> None:
         self._persist_views(con, fresh=True)
+        self._write_snapshot(con)
+
+    def _write_snapshot(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Rewrite the cursor snapshot (``projections.snapshot``) from the
+        projections ``con`` holds: a few rows a synced folder."""
+        try:
+            snapshot.write(self.db_path.parent, applied_seq(con), snapshot_folders(con))
+        except OSError as exc:  # (disposable: a sync without it takes its full path)
+            snapshot.drop(self.db_path.parent)
+            log.warning("%s: the cursor snapshot was not written: %s", self.db_path, exc)
 
     def fresh_fingerprint(self) -> dict[str, Any]:
         """The fingerprint of projections replayed afresh from the log (in a
@@ -340,6 +352,7 @@ class Projector:
         rebuilds killed midway left."""
         self.close()
         self.forget_pending()
+        snapshot.drop(self.db_path.parent)
         self.files.drop()
 
     # -- the views stock DuckDB reads ---------------------------------------------

@@ -8,6 +8,7 @@ import time
 import duckdb
 import pyarrow as pa
 
+from projections.snapshot import PROJECTION_VERSION
 from stores.events import SCHEMA
 
 __all__ = [
@@ -27,9 +28,6 @@ __all__ = [
 
 log = logging.getLogger("mailledger.projections")
 
-# Bump when a table's shape or a fold's rule changes; a store whose projections
-# carry another version is rebuilt by replay (projections are disposable).
-PROJECTION_VERSION = 7
 
 _RAW = "USING COMPRESSION uncompressed"
 

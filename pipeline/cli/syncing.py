@@ -72,17 +72,37 @@ def _run_once(
     """One sync of every account asked for, against the store its mode wants."""
     import tempfile
 
-    from pipeline.sync import sync_accounts
-
     env, sources = args.env, args.app.sources
+    if opts.apply:
+        from pipeline.sync.idle import try_idle  # (nothing new: no store opened)
+
+        run_id = args.app.run_id
+        idle = try_idle(store_path, config, env, opts, only=only, sources=sources, run_id=run_id)
+        if idle.report is not None:
+            for line in idle.lines:
+                emit(line)
+            return idle.report
+        try:
+            from pipeline.sync.accounts import sync_accounts
+
+            budget = memory_budget(args) or config.store_memory
+            with args.app.open_store(store_path, create=True, memory=budget) as store:
+                return sync_accounts(
+                    store,
+                    config,
+                    env,
+                    opts,
+                    emit=emit,
+                    only=only,
+                    progress=progress,
+                    sources=idle.sources(sources),
+                )
+        finally:
+            idle.close()
+    from pipeline.sync.accounts import sync_accounts
+
     if opts.measure:
         return sync_accounts(None, config, env, opts, emit=emit, only=only, sources=sources)
-    if opts.apply:
-        budget = memory_budget(args) or config.store_memory
-        with args.app.open_store(store_path, create=True, memory=budget) as store:
-            return sync_accounts(
-                store, config, env, opts, emit=emit, only=only, progress=progress, sources=sources
-            )
     # dry run: read the cursors if a store exists, write nothing anywhere
     with tempfile.TemporaryDirectory(prefix="mailledger-dry-") as tmp:
         exists = (Path(store_path) / "store.json").exists()
@@ -109,7 +129,6 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
     from pipeline.config import default_config_path, load_config
     from pipeline.reports import SyncOptions
-    from pipeline.sync import wait_for_change
 
     env = args.env
     config = load_config(args.config or default_config_path(env), env)
@@ -157,6 +176,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
             output.print_json(result)
         if not args.watch or stop.is_set():
             break
+        from pipeline.sync.watch import wait_for_change  # (the sync's sources: not idle's)
+
         why = wait_for_change(config, env, args.interval, stop, only=only, sources=args.app.sources)
         emit(f"watch: woke up ({why})")
         if stop.is_set():

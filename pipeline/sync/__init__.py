@@ -5,11 +5,11 @@ UIDs still name the same messages; ``folder`` takes one folder through its plan,
 with its bodies fetched by ``fetch``; ``accounts`` runs every configured account;
 ``watch`` waits between the runs of ``sync --watch``. What a run is asked and
 what it did are in ``pipeline.reports``; one reconcile, for every source, in
-``pipeline.reconcile``.
+``pipeline.reconcile``. ``idle`` answers a run in which nothing changed on the
+servers from the store's cursor snapshot, without opening the store.
+
+This ``__init__`` imports nothing: a sync that finds nothing new (``idle``) must
+load neither pyarrow nor DuckDB, which ``accounts`` and ``folder`` need.
 """
 
-from pipeline.sync.accounts import sync_accounts, sync_fold_every
-from pipeline.sync.plan import Plan, plan_folder
-from pipeline.sync.watch import wait_for_change
-
-__all__ = ["Plan", "plan_folder", "sync_accounts", "sync_fold_every", "wait_for_change"]
+__all__ = ["accounts", "fetch", "folder", "idle", "plan", "reassigned", "sources", "watch"]

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.config import InitialMode
-from pipeline.sync.sources import FolderState
+
+if TYPE_CHECKING:  # (the idle sync plans without loading the sync's sources)
+    from pipeline.sync.sources import FolderState
 
 __all__ = ["Plan", "checks_reassigned", "highest_uid", "plan_folder", "present_locations"]
 

@@ -6,14 +6,20 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import Any
+from typing import TYPE_CHECKING
 
+from pipeline.parse import synthetic_message_id
 from pipeline.reports import AccountReport, FolderReport
-from pipeline.store import MessageStore
 from pipeline.sync.plan import Plan, checks_reassigned
-from pipeline.sync.sources import FolderState, ImapSource, synthetic_message_id
 
-__all__ = ["check_reassigned", "held_sample"]
+if TYPE_CHECKING:  # (the idle sync checks its sample without loading the store)
+    from pipeline.store import MessageStore
+    from pipeline.sync.sources import FolderState, ImapSource
+
+__all__ = ["check_reassigned", "held_sample", "pick_held", "sample_rng", "suspects"]
+
+# a UID held: its Message-ID, sha256 and size (None when the record is gone)
+Held = tuple[str, str, int | None]
 
 _SAMPLE = 5
 
@@ -23,7 +29,7 @@ def check_reassigned(
     state: FolderState,
     plan: Plan,
     fr: FolderReport,
-    held: dict[int, tuple[str, str, int | None]],
+    held: dict[int, Held],
     report: AccountReport,
 ) -> Plan:
     """Before a delta (or reconcile): do the UIDs we hold still name the same messages?
@@ -45,16 +51,8 @@ def check_reassigned(
     """
     if not checks_reassigned(plan):
         return plan
-    suspects = []
-    for env in src.envelopes(sorted(held)) if held else ():  # expunged: no evidence
-        mid, sha, size = held[env.uid]
-        # A synthetic id says our parse found no Message-ID in the header; the
-        # server's may find one (after a line that is no header field, say):
-        # such a message is compared by its size alone.
-        synthetic = mid == synthetic_message_id(sha)
-        if (env.message_id != mid and not synthetic) or (size is not None and size != env.size):
-            suspects.append(env.uid)
-    fetched = src.bodies(suspects) if suspects else {}
+    differ = suspects(src, held)
+    fetched = src.bodies(differ) if differ else {}
     fr.bodies += len(fetched)
     fr.bodies_checked += len(fetched)
     fr.bytes_fetched += sum(map(len, fetched.values()))
@@ -75,48 +73,46 @@ def check_reassigned(
     )
 
 
-def held_sample(
-    store: MessageStore, account: str, folder: str, uidvalidity: int, plan: Plan
-) -> dict[int, tuple[str, str, int | None]]:
-    """``uid -> (message_id, sha256, size)`` the store holds for a sample of the
-    folder's UIDs up to the plan's cursor: the latest content seen at each UID
-    (after a rescan a UID has two), its size None when the record is gone.
-    Empty when the plan needs no check (``check_reassigned``)."""
-    if not checks_reassigned(plan):
-        return {}
-    last_uid = plan.cursor_from
-    assert last_uid is not None
-    # Probed, not listed: the lowest and highest UIDs and a random spread below
-    # the cursor are looked up through the index on the location key, so an
-    # idle sync of a folder of a million messages reads a few dozen rows.
-    rng = random.Random(f"{account}/{folder}/{uidvalidity}/{store.run_id}")
-    ends = [*range(1, min(last_uid, 8) + 1), *range(max(1, last_uid - 7), last_uid + 1)]
-    spread = rng.sample(range(1, last_uid + 1), min(48, last_uid))
-    probe = sorted({*ends, *spread})
-    rows = store.locations_at(
-        account,
-        [(folder, uidvalidity, uid, None) for uid in probe],
-        columns="uid, last_seq, vanished, message_id, sha256",
-    )
-    latest: dict[int, dict[str, Any]] = {}
-    for r in rows:  # after a rescan a UID has two contents: the latest counts
-        if r["uid"] is not None and (
-            r["uid"] not in latest or r["last_seq"] > latest[r["uid"]]["last_seq"]
-        ):
-            latest[r["uid"]] = r
-    uids = sorted(uid for uid, r in latest.items() if not r["vanished"])
+def suspects(src: ImapSource, held: dict[int, Held]) -> list[int]:
+    """The UIDs of ``held`` whose envelope on the server (the folder examined)
+    differs from what the store holds: another Message-ID or another size.
+    A UID the server no longer has is no evidence."""
+    out = []
+    for env in src.envelopes(sorted(held)) if held else ():
+        mid, sha, size = held[env.uid]
+        # A synthetic id says our parse found no Message-ID in the header; the
+        # server's may find one (after a line that is no header field, say):
+        # such a message is compared by its size alone.
+        synthetic = mid == synthetic_message_id(sha)
+        if (env.message_id != mid and not synthetic) or (size is not None and size != env.size):
+            out.append(env.uid)
+    return out
+
+
+def sample_rng(account: str, folder: str, uidvalidity: int, run_id: str) -> random.Random:
+    """The generator a run draws a folder's sample with: seeded with the folder
+    and the run id, so a run can be replayed and successive runs look at other UIDs."""
+    return random.Random(f"{account}/{folder}/{uidvalidity}/{run_id}")
+
+
+def pick_held(pool: dict[int, Held], rng: random.Random) -> dict[int, Held]:
+    """The sample checked of a pool of held UIDs: its lowest and highest UIDs and
+    three drawn by ``rng``."""
+    uids = sorted(pool)
     if not uids:
         return {}
     picked = rng.sample(uids, min(_SAMPLE - 2, len(uids)))
-    sample = sorted({uids[0], uids[-1], *picked})
-    held = {uid: latest[uid] for uid in sample}
-    sizes = {
-        (r["message_id"], r["sha256"]): r["size"]
-        for r in store.message_rows(
-            sorted({h["message_id"] for h in held.values()}), "message_id, sha256, size"
-        )
-    }
-    return {
-        uid: (h["message_id"], h["sha256"], sizes.get((h["message_id"], h["sha256"])))
-        for uid, h in held.items()
-    }
+    return {uid: pool[uid] for uid in sorted({uids[0], uids[-1], *picked})}
+
+
+def held_sample(
+    store: MessageStore, account: str, folder: str, uidvalidity: int, plan: Plan
+) -> dict[int, Held]:
+    """``uid -> (message_id, sha256, size)`` the store holds for a sample of the
+    folder's UIDs up to the plan's cursor (``queries.held_pool``, then
+    ``pick_held``). Empty when the plan needs no check (``check_reassigned``)."""
+    if not checks_reassigned(plan):
+        return {}
+    assert plan.cursor_from is not None
+    rng = sample_rng(account, folder, uidvalidity, store.run_id)
+    return pick_held(store.held_pool(account, folder, uidvalidity, plan.cursor_from, rng), rng)

@@ -9,6 +9,7 @@ kept only there) take the log too.
 
 from __future__ import annotations
 
+from projections.queries.held import held_pool, snapshot_folders
 from projections.queries.locations import (
     CURSOR_LOG,
     FEW_PLACES,
@@ -56,6 +57,7 @@ __all__ = [
     "folder_cursors",
     "has_messages",
     "headers_at",
+    "held_pool",
     "held_shas",
     "known_records",
     "known_uidls",
@@ -67,6 +69,7 @@ __all__ = [
     "message_rows",
     "message_sha",
     "run_sql",
+    "snapshot_folders",
     "stored_ids",
     "stored_shas",
     "thread_of",

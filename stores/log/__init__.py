@@ -7,9 +7,31 @@ whole, and the cache of files found whole). The digest of a file's rows is
 ``stores.digest``.
 """
 
-from stores.digest import legacy_table_digest, table_digest
-from stores.log.event_log import EventLog
+from typing import TYPE_CHECKING
+
 from stores.log.files import LogFile
-from stores.log.reading import read_columns
+
+if TYPE_CHECKING:
+    from stores.digest import legacy_table_digest, table_digest
+    from stores.log.event_log import EventLog
+    from stores.log.reading import read_columns
 
 __all__ = ["EventLog", "LogFile", "legacy_table_digest", "read_columns", "table_digest"]
+
+
+def __getattr__(name: str) -> object:
+    # (imported when first asked: ``files`` and ``checks`` are read without pyarrow
+    # by a sync that finds nothing new)
+    if name == "EventLog":
+        from stores.log.event_log import EventLog
+
+        return EventLog
+    if name == "read_columns":
+        from stores.log.reading import read_columns
+
+        return read_columns
+    if name in ("legacy_table_digest", "table_digest"):
+        from stores import digest
+
+        return getattr(digest, name)
+    raise AttributeError(name)

@@ -14,16 +14,18 @@ from pathlib import Path
 
 from stores import arrow
 from stores.atomic import replace_file, unique_name
-from stores.digest import digest_matches
-from stores.log.files import DIGEST_KEY, LogFile
+from stores.errors import LogIntegrityError
+from stores.log.files import DIGEST_KEY, LogDirectory, LogFile, stat_key
 
-__all__ = ["CheckedCache", "check_file"]
+__all__ = ["CheckedCache", "check_file", "checked_last_seq"]
 
 _CHECKED = ".checked.json"
 
 
 def check_file(f: LogFile) -> str | None:
     """What is wrong with file ``f`` (None when whole and untampered)."""
+    from stores.digest import digest_matches  # (pyarrow: only where a file is read)
+
     try:
         pf = arrow.parquet().ParquetFile(f.path)
         meta = pf.schema_arrow.metadata or {}
@@ -70,3 +72,18 @@ class CheckedCache:
         with contextlib.suppress(OSError):  # (a leftover ".tmp-" is removed by an append)
             replace_file(path, json.dumps(entries).encode(), durable=False,
                          tmp=unique_name(path, prefix=".tmp-checked-", suffix=""))  # fmt: skip
+
+
+def checked_last_seq(root: Path) -> int | None:
+    """The last seq of the log in directory ``root`` when opening it would read no
+    file: every file that holds the log is in the cache of files found whole and
+    unchanged since (``EventLog.check`` would pass at once). None otherwise: a
+    file to check, a damaged listing, no log. Reads no Parquet (no pyarrow)."""
+    try:
+        files = LogDirectory(root).files()
+        cache = CheckedCache(root).load()
+        if not files or any(cache.get(f.name) != stat_key(root / f.name) for f in files):
+            return None
+    except (OSError, LogIntegrityError):
+        return None
+    return files[-1].last

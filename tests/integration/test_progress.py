@@ -32,7 +32,7 @@ from pipeline.config import load_config
 from pipeline.progress import NO_PROGRESS, TerminalProgress, progress_for
 from pipeline.reports import SyncOptions
 from pipeline.store import MessageStore
-from pipeline.sync import sync_accounts
+from pipeline.sync.accounts import sync_accounts
 from projections.fold import REBUILD_PHASES
 
 REPO = Path(__file__).resolve().parents[2]

@@ -369,7 +369,7 @@ def test_locations_in_reads_a_folders_rows_alike_by_probe_and_by_one_pass(
 def test_a_sync_into_a_large_store_folds_less_often() -> None:
     """Every 5,000 events, or every hundredth of the store's events (a fold's cost
     there follows the store), at most 20,000; a store set to fold more often keeps it."""
-    from pipeline.sync import sync_fold_every
+    from pipeline.sync.accounts import sync_fold_every
 
     assert sync_fold_every(10_000, 0) == 5_000
     assert sync_fold_every(10_000, 100_000) == 5_000

@@ -122,7 +122,8 @@ class ImapSource:
             self.client = None
 
     def __enter__(self) -> ImapSource:
-        self.connect()
+        if self.client is None:  # (a connection the idle sync opened is kept)
+            self.connect()
         return self
 
     def __exit__(self, *exc: object) -> None:

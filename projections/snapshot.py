@@ -1,0 +1,90 @@
+"""The cursor snapshot: ``STORE/cursors.json``, a projection small enough to read
+without DuckDB.
+
+It holds, for each folder the store has synced, its cursor (uidvalidity,
+last_uid, uidnext) and a pool of the UIDs held there (each with its Message-ID,
+sha256 and size: what a sync compares with the server's envelopes to tell a UID
+reassigned), with the log's seq it was made at and the version of the rules it
+was made by. The projector rewrites it after every fold and every rebuild; a
+sync that finds nothing new on the servers answers from it alone
+(``pipeline.sync.idle``). Like every projection it is disposable: missing,
+unreadable or made at another seq than the log's last, it is not used, and the
+sync takes its full path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+from stores.atomic import replace_file, unique_name
+
+__all__ = ["PROJECTION_VERSION", "SNAPSHOT_NAME", "drop", "read", "write"]
+
+# Bump when a table's shape or a fold's rule changes; a store whose projections
+# carry another version is rebuilt by replay (projections are disposable).
+# (Kept here, beside the one projection read without DuckDB.)
+PROJECTION_VERSION = 7
+
+SNAPSHOT_NAME = "cursors.json"
+_FORMAT = "mailledger-cursor-snapshot"
+_VERSION = 1
+
+
+def write(root: Path, seq: int, folders: list[dict[str, Any]]) -> None:
+    """Replace the snapshot of the store at ``root``: ``folders`` (see
+    ``projections.queries.snapshot_folders``) as the projections hold them at ``seq``.
+
+    Not fsynced: a snapshot lost in a crash (or left from before it: made at
+    another seq) is only not used."""
+    doc = {
+        "format": _FORMAT,
+        "version": _VERSION,
+        "projection_version": PROJECTION_VERSION,
+        "seq": seq,
+        "folders": folders,
+    }
+    path = root / SNAPSHOT_NAME
+    tmp = unique_name(path, prefix=f".{SNAPSHOT_NAME}.")
+    replace_file(path, json.dumps(doc, separators=(",", ":")).encode(), durable=False, tmp=tmp)
+
+
+def read(root: Path, seq: int) -> dict[tuple[str, str], dict[str, Any]] | None:
+    """``(account, folder) -> folder`` of the snapshot of the store at ``root``,
+    when it was made at ``seq`` (the log's last) by these rules; None otherwise
+    (missing, unreadable, stale, another format)."""
+    try:
+        doc = json.loads((root / SNAPSHOT_NAME).read_bytes())
+        if (
+            doc.get("format") != _FORMAT
+            or doc.get("version") != _VERSION
+            or doc.get("projection_version") != PROJECTION_VERSION
+            or doc.get("seq") != seq
+        ):
+            return None
+        folders = {(f["account"], f["folder"]): f for f in doc["folders"]}
+        for f in folders.values():
+            _check_folder(f)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return folders
+
+
+def _check_folder(f: dict[str, Any]) -> None:
+    """Raise ValueError unless ``f`` has the shape ``write`` gives a folder."""
+    ints = ("uidvalidity", "last_uid", "uidnext")
+    if not all(f[k] is None or type(f[k]) is int for k in ints):
+        raise ValueError(f"not a folder: {f!r}")
+    for uid, message_id, sha, size in f["held"]:
+        if type(uid) is not int or not isinstance(message_id, str) or not isinstance(sha, str):
+            raise ValueError(f"not a held UID: {uid!r}")
+        if size is not None and type(size) is not int:
+            raise ValueError(f"not a size: {size!r}")
+
+
+def drop(root: Path) -> None:
+    """Remove the snapshot (the projections are being dropped)."""
+    with contextlib.suppress(FileNotFoundError):
+        (root / SNAPSHOT_NAME).unlink()
