@@ -96,6 +96,7 @@ def _run_once(
                     only=only,
                     progress=progress,
                     sources=idle.sources(sources),
+                    secrets=idle.secrets,
                 )
         finally:
             idle.close()

@@ -63,11 +63,14 @@ def sync_accounts(
     only: set[str] | None = None,
     sources: Sources,
     progress: Progress = NO_PROGRESS,
+    secrets: Mapping[str, str] | None = None,
 ) -> RunReport:
     """Sync every configured IMAP and POP3 account (failures isolated per account).
 
     ``sources``: how each kind of server is reached (``App.sources``).
-    ``progress``: told of each folder's bodies to fetch, as they arrive."""
+    ``progress``: told of each folder's bodies to fetch, as they arrive.
+    ``secrets``: the secrets of accounts resolved already (by ``sync.idle``: a
+    ``password_command`` is run once a run)."""
     report = RunReport(run_id=store.run_id if store else "measure", applied=opts.apply)
     saved = store.fold_every if store else 0
     if store is not None:
@@ -77,8 +80,9 @@ def sync_accounts(
             for name, account in config.accounts.items():
                 if only and name not in only:
                     continue
+                secret = (secrets or {}).get(name)
                 _sync_account(
-                    store, name, account, env, opts, report, emit, sources, pool, progress
+                    store, name, account, env, opts, report, emit, sources, pool, progress, secret
                 )
     finally:
         if store is not None:
@@ -97,6 +101,7 @@ def _sync_account(
     sources: Sources,
     pool: WorkerPool | None,
     progress: Progress = NO_PROGRESS,
+    secret: str | None = None,
 ) -> None:
     if account.type == "pop3":
         report.accounts[name] = sync_pop3_account(
@@ -108,7 +113,7 @@ def _sync_account(
     ar = AccountReport(name=name)
     report.accounts[name] = ar
     try:
-        secret = resolve_secret(account, env)
+        secret = secret if secret is not None else resolve_secret(account, env)
         with sources.imap(account, secret) as src:
             listed = src.list_folders()
             folders = select_folders(listed, account.folders, account.exclude)

@@ -62,11 +62,13 @@ class _NotIdle(Exception):
 @dataclass
 class IdleAttempt:
     """What ``try_idle`` found: the run's ``report`` and the ``lines`` it prints
-    when nothing changed (else None), and the connections it opened."""
+    when nothing changed (else None), the connections it opened and the secrets
+    it resolved (a full run takes both)."""
 
     report: RunReport | None = None
     lines: list[str] = field(default_factory=list)
     opened: dict[str, ImapSource] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)
 
     def sources(self, sources: Sources) -> Sources:
         """``sources``, handing each account the connection opened here first."""
@@ -146,7 +148,8 @@ def _account(
     sources: Sources,
 ) -> AccountReport:
     """The account's report when each of its folders is idle; raises otherwise."""
-    src = sources.imap(account, resolve_secret(account, env))
+    secret = attempt.secrets[name] = resolve_secret(account, env)
+    src = sources.imap(account, secret)
     src.connect()
     attempt.opened[name] = src
     listed = src.list_folders()

@@ -179,3 +179,25 @@ def test_replay_rewrites_the_snapshot(
     capsys.readouterr()
     assert json.loads(path.read_text()) == before
     assert not _run(env)[2]
+
+
+def test_a_password_command_runs_once_when_the_full_path_follows(
+    fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    user, env = fastmail
+    for i in range(2):
+        user.save("INBOX", _msg(i))
+    assert env.sync("--apply", capsys=capsys)[0] == 0
+    user.save("INBOX", _msg(2))  # new mail: the idle attempt gives up
+    calls = tmp_path / "calls"
+    password = env.env["MAILLEDGER_TEST_FASTMAIL_PASSWORD"]
+    script = tmp_path / "password.sh"
+    script.write_text(f"#!/bin/sh\necho x >> {calls}\necho {password}\n")
+    script.chmod(0o755)
+    text = env.config.read_text().replace(
+        'password_env = "MAILLEDGER_TEST_FASTMAIL_PASSWORD"', f'password_command = "{script}"'
+    )
+    env.config.write_text(text)
+    code, report, heavy = _run(env)
+    assert code == 0 and heavy and report["accounts"]["fastmail"]["folders"]["INBOX"]["new"] == 1
+    assert calls.read_text().splitlines() == ["x"]
