@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import random
 from collections.abc import Iterator, Sequence
@@ -29,11 +28,11 @@ from pipeline.event_factory import EventFactory
 from pipeline.progress import NO_PROGRESS, Progress
 from projections import queries
 from projections.projector import Projector
-from stores.atomic import create_once, unique_name
 from stores.blobs import BlobStore
-from stores.errors import NotFoundError, UsageError
+from stores.errors import UsageError
 from stores.events import Event
 from stores.log import EventLog
+from stores.marker import check_marker
 
 if TYPE_CHECKING:
     from email.message import EmailMessage
@@ -43,8 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["MessageStore"]
 
 log = logging.getLogger("mailledger.store")
-
-_FORMAT = {"format": "mailledger-store", "version": 1}
 
 
 class MessageStore:
@@ -82,7 +79,7 @@ class MessageStore:
         None for the composition root's (``pipeline.bootstrap``: a script's store).
         """
         root = Path(root)
-        _check_marker(root, create=create)
+        check_marker(root, create=create)
         if clock is None:
             from pipeline.bootstrap import App
 
@@ -368,42 +365,3 @@ def _warn_of_purge(journal: Path) -> None:
             "%s: a purge is running or was interrupted; `mailledger compact --purge` finishes it",
             journal.parent,
         )
-
-
-def _check_marker(root: Path, *, create: bool) -> None:
-    """Refuse what is not a store (or create one, when ``create``)."""
-    marker = root / "store.json"
-    if not marker.exists():
-        if not create:
-            raise NotFoundError(f"{root}: no mailledger store here")
-        _create_marker(root, marker)
-    meta = json.loads(marker.read_text())
-    if meta.get("format") != _FORMAT["format"] or meta.get("version") != 1:
-        raise UsageError(f"{marker}: unknown store format {meta!r}")
-
-
-def _is_marker_temp(name: str) -> bool:
-    """A creator's temporary marker (``store.json.tmp`` of older versions,
-    ``store.json.{pid}.{random}.tmp`` now): left alone by a crash before its link."""
-    return name.startswith("store.json.") and name.endswith(".tmp")
-
-
-def _create_marker(root: Path, marker: Path) -> None:
-    """Make ``root`` a store by publishing its ``store.json``, safe against other
-    processes creating the same store at the same moment.
-
-    The marker is written in full under a name of this process's own, fsynced,
-    then hard-linked to ``store.json``: the link succeeds for exactly one creator,
-    and every other one finds the winner's complete marker and opens that store.
-    Nothing else of the store exists before its marker, so a directory holding
-    anything but markers (or a winner's marker) is someone else's and refused.
-    """
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if any(not (p.name == marker.name or _is_marker_temp(p.name)) for p in root.iterdir()):
-        if not marker.exists():  # (a concurrent creator may have won meanwhile)
-            raise UsageError(f"{root}: exists, is not empty and is not a mailledger store")
-        return
-    # (a name _is_marker_temp knows: a crash before the link leaves a file that
-    # does not make the directory someone else's)
-    tmp = unique_name(marker, prefix=f"{marker.name}.")
-    create_once(marker, (json.dumps(_FORMAT) + "\n").encode(), tmp=tmp)

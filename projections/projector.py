@@ -337,8 +337,10 @@ class Projector:
         projections ``con`` holds: a few rows a synced folder."""
         try:
             snapshot.write(self.db_path.parent, applied_seq(con), snapshot_folders(con))
-        except OSError as exc:  # (disposable: a sync without it takes its full path)
-            snapshot.drop(self.db_path.parent)
+        except Exception as exc:  # (disposable: a sync without it takes its full path;
+            # never a committed fold reported as a failed one)
+            with contextlib.suppress(OSError):
+                snapshot.drop(self.db_path.parent)
             log.warning("%s: the cursor snapshot was not written: %s", self.db_path, exc)
 
     def fresh_fingerprint(self) -> dict[str, Any]:

@@ -45,7 +45,9 @@ from pipeline.sources.imap import (
 from pipeline.sync.plan import checks_reassigned, plan_folder
 from pipeline.sync.reassigned import pick_held, sample_rng, suspects
 from projections import snapshot
+from stores.errors import MailledgerError
 from stores.log.checks import checked_last_seq
+from stores.marker import check_marker
 
 __all__ = ["IdleAttempt", "try_idle"]
 
@@ -122,15 +124,16 @@ def try_idle(
 
 
 def _snapshot(root: Path) -> dict[tuple[str, str], dict[str, Any]] | None:
-    """The snapshot's folders, when the store needs no open: a marker, no leftover
+    """The snapshot's folders, when the store needs no open: its marker, no leftover
     to clean, a log whose files are all checked, a snapshot made at its last seq."""
     try:
+        check_marker(root, create=False)
         names = os.listdir(root)
         tmp = root / "blobs" / ".tmp"
-        if "store.json" not in names or (tmp.exists() and any(tmp.iterdir())):
+        if tmp.exists() and any(tmp.iterdir()):
             return None
-    except OSError:
-        return None
+    except (MailledgerError, OSError, ValueError):
+        return None  # (the full path says what is wrong)
     if any(n.startswith(_LEFTOVERS) for n in names):
         return None
     seq = checked_last_seq(root / "log")

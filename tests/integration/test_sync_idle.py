@@ -201,3 +201,15 @@ def test_a_password_command_runs_once_when_the_full_path_follows(
     code, report, heavy = _run(env)
     assert code == 0 and heavy and report["accounts"]["fastmail"]["folders"]["INBOX"]["new"] == 1
     assert calls.read_text().splitlines() == ["x"]
+
+
+def test_a_store_marker_of_another_format_is_refused_as_before(
+    fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
+) -> None:
+    user, env = fastmail
+    user.save("INBOX", _msg(1))
+    assert env.sync("--apply", capsys=capsys)[0] == 0
+    (env.store / "store.json").write_text('{"format": "other", "version": 1}\n')
+    code = main(["--store", str(env.store), "sync", "--apply", "--config", str(env.config)],
+                env=env.env)  # fmt: skip
+    assert code == 2 and "unknown store format" in capsys.readouterr().err
