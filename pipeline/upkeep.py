@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pipeline.at_rest import stats_of
 from pipeline.progress import NO_PROGRESS, Progress
 from projections import queries
 from projections.fold import applied_seq
@@ -24,22 +25,7 @@ def stats(store: MessageStore) -> dict[str, Any]:
     """What ``mailledger stats`` prints: counts of events, messages, threads,
     locations and blobs, and the bytes each part of the store takes."""
     counts = store.projector.read(queries.counts)
-    blob_count = store.blobs.count()
-    blob_bytes = store.blobs.stored_bytes()
-    files = store.log.files()  # (listed once: 1,000 files are 25 ms a listing)
-    log_bytes = sum(f.path.stat().st_size for f in files)
-    db_path = store.projector.db_path
-    db_bytes = db_path.stat().st_size if db_path.exists() else 0
-    return {
-        "events": files[-1].last if files else 0,
-        "log_files": len(files),
-        **counts,
-        "blobs": blob_count,
-        "blob_bytes": blob_bytes,
-        "log_bytes": log_bytes,
-        "projection_bytes": db_bytes,
-        "bytes": blob_bytes + log_bytes + db_bytes,
-    }
+    return stats_of(counts, store.blobs, store.log.files(), store.projector.db_path)
 
 
 def verify(

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from projections import snapshot
 from projections.fold import FOLD_SCHEMA, applied_seq, apply_chunks, hash_probe, meta_values
-from projections.queries import run_sql, snapshot_folders
+from projections.queries import counts, run_sql, snapshot_folders
 from projections.rebuilds import RebuildFiles
 from projections.tables import PROJECTION_VERSION, create_query_views, events_source, events_sql
 from stores import db
@@ -334,9 +334,12 @@ class Projector:
 
     def _write_snapshot(self, con: duckdb.DuckDBPyConnection) -> None:
         """Rewrite the cursor snapshot (``projections.snapshot``) from the
-        projections ``con`` holds: a few rows a synced folder."""
+        projections ``con`` holds: a few rows a synced folder, and the counts (at
+        1,000,000 messages two column scans: 5-10 ms)."""
         try:
-            snapshot.write(self.db_path.parent, applied_seq(con), snapshot_folders(con))
+            snapshot.write(
+                self.db_path.parent, applied_seq(con), snapshot_folders(con), counts(con)
+            )
         except Exception as exc:  # (disposable: a sync without it takes its full path;
             # never a committed fold reported as a failed one)
             with contextlib.suppress(OSError):

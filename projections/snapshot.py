@@ -1,15 +1,16 @@
 """The cursor snapshot: ``STORE/cursors.json``, a projection small enough to read
 without DuckDB.
 
-It holds, for each folder the store has synced, its cursor (uidvalidity,
-last_uid, uidnext) and a pool of the UIDs held there (each with its Message-ID,
-sha256 and size: what a sync compares with the server's envelopes to tell a UID
-reassigned), with the log's seq it was made at and the version of the rules it
-was made by. The projector rewrites it after every fold and every rebuild; a
-sync that finds nothing new on the servers answers from it alone
-(``pipeline.sync.idle``). Like every projection it is disposable: missing,
+It holds the counts ``stats`` prints and, for each folder the store has
+synced, its cursor (uidvalidity, last_uid, uidnext) and a pool of the UIDs held
+there (each with its Message-ID, sha256 and size: what a sync compares with the
+server's envelopes to tell a UID reassigned), with the log's seq it was made at
+and the version of the rules it was made by. The projector rewrites it after
+every fold and every rebuild; a sync that finds nothing new on the servers
+answers from it alone (``pipeline.sync.idle``), and so does ``stats``
+(``pipeline.at_rest``). Like every projection it is disposable: missing,
 unreadable or made at another seq than the log's last, it is not used, and the
-sync takes its full path.
+store is opened as before.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from stores.atomic import replace_file, unique_name
 
-__all__ = ["PROJECTION_VERSION", "SNAPSHOT_NAME", "drop", "read", "write"]
+__all__ = ["PROJECTION_VERSION", "SNAPSHOT_NAME", "drop", "read", "read_counts", "write"]
 
 # Bump when a table's shape or a fold's rule changes; a store whose projections
 # carry another version is rebuilt by replay (projections are disposable).
@@ -33,9 +34,10 @@ _FORMAT = "mailledger-cursor-snapshot"
 _VERSION = 1
 
 
-def write(root: Path, seq: int, folders: list[dict[str, Any]]) -> None:
+def write(root: Path, seq: int, folders: list[dict[str, Any]], counts: dict[str, int]) -> None:
     """Replace the snapshot of the store at ``root``: ``folders`` (see
-    ``projections.queries.snapshot_folders``) as the projections hold them at ``seq``.
+    ``projections.queries.snapshot_folders``) and the ``counts`` ``stats`` prints
+    (``projections.queries.counts``) as the projections hold them at ``seq``.
 
     Not fsynced: a snapshot lost in a crash (or left from before it: made at
     another seq) is only not used."""
@@ -45,6 +47,7 @@ def write(root: Path, seq: int, folders: list[dict[str, Any]]) -> None:
         "projection_version": PROJECTION_VERSION,
         "seq": seq,
         "folders": folders,
+        "counts": counts,
     }
     path = root / SNAPSHOT_NAME
     tmp = unique_name(path, prefix=f".{SNAPSHOT_NAME}.")
@@ -55,21 +58,41 @@ def read(root: Path, seq: int) -> dict[tuple[str, str], dict[str, Any]] | None:
     """``(account, folder) -> folder`` of the snapshot of the store at ``root``,
     when it was made at ``seq`` (the log's last) by these rules; None otherwise
     (missing, unreadable, stale, another format)."""
+    doc = _load(root, seq)
     try:
-        doc = json.loads((root / SNAPSHOT_NAME).read_bytes())
-        if (
-            doc.get("format") != _FORMAT
-            or doc.get("version") != _VERSION
-            or doc.get("projection_version") != PROJECTION_VERSION
-            or doc.get("seq") != seq
-        ):
-            return None
-        folders = {(f["account"], f["folder"]): f for f in doc["folders"]}
-        for f in folders.values():
+        folders = {(f["account"], f["folder"]): f for f in doc["folders"]} if doc else None
+        for f in (folders or {}).values():
             _check_folder(f)
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError):
         return None
     return folders
+
+
+def read_counts(root: Path, seq: int) -> dict[str, int] | None:
+    """The counts ``stats`` prints, from the snapshot of the store at ``root``
+    made at ``seq``; None as ``read``."""
+    doc = _load(root, seq)
+    counts = doc.get("counts") if doc else None
+    if not isinstance(counts, dict) or not all(type(v) is int for v in counts.values()):
+        return None
+    return counts
+
+
+def _load(root: Path, seq: int) -> dict[str, Any] | None:
+    """The snapshot's document when made at ``seq`` by these rules, else None."""
+    try:
+        doc = json.loads((root / SNAPSHOT_NAME).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if (
+        not isinstance(doc, dict)
+        or doc.get("format") != _FORMAT
+        or doc.get("version") != _VERSION
+        or doc.get("projection_version") != PROJECTION_VERSION
+        or doc.get("seq") != seq
+    ):
+        return None
+    return doc
 
 
 def _check_folder(f: dict[str, Any]) -> None:

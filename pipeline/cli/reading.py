@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 from pipeline.cli import output
@@ -89,8 +90,12 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        stats = store.stats()
+    from pipeline.at_rest import quick_stats  # (a store at rest: not opened)
+
+    stats = quick_stats(Path(args.store))
+    if stats is None:
+        with open_store(args) as store:
+            stats = store.stats()
     if args.json:
         output.print_json(stats)
     else:

@@ -27,12 +27,12 @@ again at every fold.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.at_rest import settled_seq
 from pipeline.bootstrap import Sources
 from pipeline.config import Account, Config, resolve_secret
 from pipeline.reports import AccountReport, FolderReport, RunReport, SyncOptions
@@ -45,16 +45,10 @@ from pipeline.sources.imap import (
 from pipeline.sync.plan import checks_reassigned, plan_folder
 from pipeline.sync.reassigned import pick_held, sample_rng, suspects
 from projections import snapshot
-from stores.errors import MailledgerError
-from stores.log.checks import checked_last_seq
-from stores.marker import check_marker
 
 __all__ = ["IdleAttempt", "try_idle"]
 
 log = logging.getLogger("mailledger.sync")
-
-# what the store's open would clean up or warn of: a store holding one is opened
-_LEFTOVERS = ("purge-journal.json", "projections.duckdb.rebuild", "projections.verify.duckdb")
 
 
 class _NotIdle(Exception):
@@ -124,19 +118,8 @@ def try_idle(
 
 
 def _snapshot(root: Path) -> dict[tuple[str, str], dict[str, Any]] | None:
-    """The snapshot's folders, when the store needs no open: its marker, no leftover
-    to clean, a log whose files are all checked, a snapshot made at its last seq."""
-    try:
-        check_marker(root, create=False)
-        names = os.listdir(root)
-        tmp = root / "blobs" / ".tmp"
-        if tmp.exists() and any(tmp.iterdir()):
-            return None
-    except (MailledgerError, OSError, ValueError):
-        return None  # (the full path says what is wrong)
-    if any(n.startswith(_LEFTOVERS) for n in names):
-        return None
-    seq = checked_last_seq(root / "log")
+    """The snapshot's folders, when the store can be read at rest."""
+    seq = settled_seq(root)
     return None if seq is None else snapshot.read(root, seq)
 
 
