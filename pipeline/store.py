@@ -8,6 +8,8 @@ projections. A store is a directory::
     STORE/blobs/               raw messages by sha256, compressed (packs of many,
                                or a file each): the truth
     STORE/projections.duckdb   derived; delete it and ``replay`` restores it
+    STORE/cursors.json         derived too: the cursors and counts a sync that finds
+                               nothing new and ``stats`` read without opening the store
 """
 
 from __future__ import annotations
