@@ -1,5 +1,5 @@
 """A sync run over the configured accounts: each IMAP account's folders in turn
-(failures isolated per account), each POP3 account through ``pipeline.pop3_sync``,
+(failures isolated per account), each POP3 account through ``pipeline.sync.pop3``,
 and what the server's folder list says about folders missing or gone.
 
 Every account, folder and message is accounted for in the ``RunReport``; a run

@@ -310,3 +310,12 @@ def count_stored_shas(con: duckdb.DuckDBPyConnection) -> int:
 def stored_shas(con: duckdb.DuckDBPyConnection) -> pa.RecordBatchReader:
     """The sha256 of every blob a stored message holds, sorted, streamed."""
     return con.sql(f"{_STORED_SHAS} ORDER BY 1").to_arrow_reader(1 << 16)
+
+
+def recipients_after(con: duckdb.DuckDBPyConnection, seq: int = 0) -> list[dict[str, Any]]:
+    """Every stored message above ``seq``, oldest first: ``seq``, ``message_id`` and
+    ``to_addrs`` each (what dispatch routes on)."""
+    rows = con.execute(
+        "SELECT seq, message_id, to_addrs FROM messages WHERE seq > ? ORDER BY seq", [seq]
+    ).fetchall()
+    return [{"seq": q, "message_id": m, "to_addrs": to} for q, m, to in rows]
