@@ -314,6 +314,19 @@ class MessageStore:
         """Every stored message of ``msg_id``'s thread, oldest first (undated last)."""
         return self.projector.read(queries.thread_of, msg_id)
 
+    def search(
+        self,
+        plan: queries.SearchPlan,
+        output: queries.Output = "summary",
+        *,
+        sort: queries.Sort = "newest",
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> pa.Table:
+        """The answer to a compiled search query (``queries.compile_query``), in
+        one query over the projections (see ``queries.search_table``)."""
+        return self.projector.read(queries.search_table, plan, output, sort, limit, offset)
+
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """Run SQL over the projections and the ``events`` view of the log."""
         return self.projector.query(sql, params)

@@ -41,10 +41,16 @@ from projections.queries.messages import (
     stored_shas,
     thread_of,
 )
+from projections.queries.search import Output, Sort, search_sql, search_table
+from projections.queries.search_sql import SearchPlan, compile_query
 
 __all__ = [
     "CURSOR_LOG",
     "FEW_PLACES",
+    "Output",
+    "SearchPlan",
+    "Sort",
+    "compile_query",
     "contains_uidl",
     "count_stored_shas",
     "counts",
@@ -67,6 +73,8 @@ __all__ = [
     "message_rows",
     "message_sha",
     "run_sql",
+    "search_sql",
+    "search_table",
     "stored_ids",
     "stored_shas",
     "thread_of",
