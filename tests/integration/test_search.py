@@ -1,15 +1,17 @@
-"""Search on the read model: a table of queries and their hits over the bundled
-fixtures and the notmuch corpus (real DuckDB projections, imported the way a
-user imports)."""
+"""``mailledger search`` on the read model: a table of queries and their hits
+over the bundled fixtures and the notmuch corpus (real DuckDB projections,
+imported the way a user imports), the command's outputs and exit codes."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from pipeline.cli import main
 from pipeline.sources.maildir import import_maildir
 from pipeline.sources.mbox import import_mbox
 from pipeline.store import MessageStore
@@ -202,3 +204,99 @@ def test_subject_only_words_are_said_in_the_plan() -> None:
     assert any("subject only" in n for n in compile_query(parse("budget", now=NOW)).notes)
     assert any("subject only" in n for n in compile_query(parse("body:x", now=NOW)).notes)
     assert not any("subject only" in n for n in compile_query(parse("subject:x", now=NOW)).notes)
+
+
+# -- the command ------------------------------------------------------------------
+def run(capsys: pytest.CaptureFixture[str], store: Path, *argv: str) -> tuple[int, str, str]:
+    code = main(["--store", str(store), *argv], env={})
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def filled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    store = tmp_path / "store"
+    assert run(capsys, store, "import", "maildir", str(FIXTURES / "maildir"))[0] == 0
+    assert run(capsys, store, "import", "mbox", str(FIXTURES / "lists.mbox"))[0] == 0
+    return store
+
+
+def test_search_command_outputs_and_formats(
+    filled: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, filled, "search", "from:ada")
+    assert code == 0 and err == ""
+    assert out.splitlines() == [
+        "2024-06-27T08:30:00Z  ada@example.org                 Fwd: Re: Live Wire: release plan"
+        "  <plan-5@example.org>",
+        "2024-06-26T08:00:00Z  ada@example.org                 Live Wire: release plan"
+        "  <plan-1@example.org>",
+    ]
+    code, out, _ = run(capsys, filled, "search", "from:ada", "--format=ids", "--sort=oldest")
+    assert out == "plan-1@example.org\nplan-5@example.org\n"
+    code, out, _ = run(capsys, filled, "search", "from:ada", "--format=text0", "--limit=1")
+    assert out == "plan-5@example.org\0"
+    code, out, _ = run(capsys, filled, "search", "from:ada", "--output=messages", "--format=json")
+    assert json.loads(out) == ["plan-5@example.org", "plan-1@example.org"]
+    code, out, _ = run(capsys, filled, "search", "from:ada", "--format=json", "--offset=1")
+    assert [r["message_id"] for r in json.loads(out)] == ["plan-1@example.org"]
+    code, out, _ = run(capsys, filled, "search", "list:dev*", "--output=count")
+    assert out == "3\n"
+    code, out, _ = run(capsys, filled, "search", "from:ada", "--output=threads", "--format=ids")
+    assert out == "plan-1@example.org\n"
+    code, out, _ = run(capsys, filled, "search", "from:ada", "--output=threads")
+    assert out.startswith("thread:plan-1@example.org  2024-06-27T08:30:00Z  [2/4]  Live Wire")
+
+
+def test_relative_dates_count_from_now_in_the_time_zone_asked(
+    filled: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ("search", "--format=ids", "--now=2024-06-30T00:00:00Z")
+    _, out, _ = run(capsys, filled, *args, "date:1d..")
+    assert set(out.split()) == {
+        "nightly-20240629@lists.example.org",
+        "nightly-fix@example.org",
+        NO_ID,
+    }
+    # 2024-06-26 in Tokyo is 06-25T15:00Z..06-26T15:00Z: the three plan messages of the 26th
+    _, out, _ = run(capsys, filled, *args, "--tz=Asia/Tokyo", "date:2024-06-26")
+    assert set(out.split()) == {"plan-1@example.org", "plan-2@example.org", "plan-4@example.pl"}
+    _, out, _ = run(capsys, filled, *args, "--tz=Pacific/Kiritimati", "date:2024-06-26")
+    assert set(out.split()) == {"plan-1@example.org", "plan-2@example.org"}
+    assert run(capsys, filled, *args, "--tz=Nowhere/Atlantis", "*")[0] == 2
+
+
+def test_a_query_that_cannot_be_parsed_exits_2_naming_the_position(
+    filled: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, filled, "search", "from:ada AND (subject:x")
+    assert code == 2 and out == ""
+    assert "position 13" in err and "never closed" in err
+    code, _, err = run(capsys, filled, "search", "date:2024-13")
+    assert code == 2 and "position 5" in err
+    code, _, err = run(capsys, filled, "search", "filename:a.pdf")
+    assert code == 2 and "full-text projection" in err
+
+
+def test_an_empty_result_says_so_and_exits_0_or_1_when_asked(
+    filled: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, filled, "search", "from:nobody@nowhere")
+    assert (code, out) == (0, "") and "no messages match" in err
+    code, out, err = run(capsys, filled, "search", "from:nobody@nowhere", "--exit-on-empty")
+    assert (code, out) == (1, "") and "no messages match" in err
+    code, out, err = run(capsys, filled, "search", "from:nobody@nowhere", "--output=count")
+    assert (code, out) == (0, "0\n") and "no messages match" in err
+
+
+def test_explain_prints_the_query_the_plan_and_the_sql(
+    filled: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, filled, "search", "--explain", "budget -from:ada")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "query: budget AND NOT from:ada"
+    assert any("subject only" in line for line in lines)
+    assert lines[-1].startswith("SELECT m.message_id")
+    code, _, err = run(capsys, filled, "search", "budget")  # (not silently: a note)
+    assert "subject only" in err
