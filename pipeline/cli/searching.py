@@ -1,6 +1,6 @@
 """``mailledger search QUERY``: the search language (``projections.search``)
 compiled to one query over the projections, printed as a summary, messages,
-threads or a count."""
+threads or a count; and ``thread ID`` drawn as a tree."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from pipeline.cli import output
 from pipeline.cli.common import open_store
 from pipeline.cli.exits import EXIT_ERROR, EXIT_OK
 from pipeline.cli.parsing import add_command
+from projections.queries import ThreadNode
 from stores.errors import UsageError
 
-__all__ = ["add_search"]
+__all__ = ["add_search", "print_tree"]
 
 log = logging.getLogger("mailledger.cli")
 
@@ -117,6 +118,23 @@ def _json_rows(table: pa.Table, out: str) -> list[Any]:
         return table.column("message_id").to_pylist()
     rows: list[Any] = table.to_pylist()
     return rows
+
+
+def print_tree(roots: list[ThreadNode]) -> None:
+    """A thread tree, a line per node, indented two spaces a level: date, sender,
+    subject and the Message-ID; a ghost as ``[missing]`` with its id."""
+    stack = [(node, 0) for node in reversed(roots)]
+    while stack:
+        node, depth = stack.pop()
+        pad = "  " * depth
+        if node.missing:
+            print(f"{pad}[missing]  <{node.message_id}>")
+        else:
+            print(
+                f"{pad}{node.date_iso or '(undated)'}  {node.from_addr or '-'}"
+                f"  {_one_line(node.subject)}  <{node.message_id}>"
+            )
+        stack.extend((child, depth + 1) for child in reversed(node.children))
 
 
 def add_search(subs: Any) -> None:

@@ -40,9 +40,11 @@ from projections.queries.messages import (
     stored_ids,
     stored_shas,
     thread_of,
+    thread_of_id,
 )
 from projections.queries.search import Output, Sort, search_sql, search_table
 from projections.queries.search_sql import SearchPlan, compile_query
+from projections.queries.threads import ThreadNode, thread_tree
 
 __all__ = [
     "CURSOR_LOG",
@@ -50,6 +52,7 @@ __all__ = [
     "Output",
     "SearchPlan",
     "Sort",
+    "ThreadNode",
     "compile_query",
     "contains_uidl",
     "count_stored_shas",
@@ -78,5 +81,7 @@ __all__ = [
     "stored_ids",
     "stored_shas",
     "thread_of",
+    "thread_of_id",
+    "thread_tree",
     "uidls",
 ]  # fmt: skip

@@ -1,6 +1,7 @@
-"""``mailledger search`` on the read model: a table of queries and their hits
-over the bundled fixtures and the notmuch corpus (real DuckDB projections,
-imported the way a user imports), the command's outputs and exit codes."""
+"""``mailledger search`` on the read model, and ``thread`` drawn as a tree: a
+table of queries and their hits over the bundled fixtures and the notmuch
+corpus (real DuckDB projections, imported the way a user imports), the
+command's outputs and exit codes, and tree snapshots."""
 
 from __future__ import annotations
 
@@ -300,3 +301,77 @@ def test_explain_prints_the_query_the_plan_and_the_sql(
     assert lines[-1].startswith("SELECT m.message_id")
     code, _, err = run(capsys, filled, "search", "budget")  # (not silently: a note)
     assert "subject only" in err
+
+
+# -- thread as a tree ---------------------------------------------------------------
+PLAN_TREE = """\
+2024-06-26T08:00:00Z  ada@example.org  Live Wire: release plan  <plan-1@example.org>
+  2024-06-26T09:00:00Z  grace@example.org  Re: Live Wire: release plan  <plan-2@example.org>
+    [missing]  <plan-3@example.org>
+      2024-06-26T11:00:00Z  zofia@example.pl  Re: Live Wire: release plan — migracja  <plan-4@example.pl>
+    2024-06-27T08:30:00Z  ada@example.org  Fwd: Re: Live Wire: release plan  <plan-5@example.org>
+"""  # noqa: E501
+
+
+def test_thread_draws_the_tree_and_json_stays_flat(
+    filled: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, filled, "thread", "<plan-4@example.pl>")
+    assert code == 0 and out == PLAN_TREE
+    code, out, _ = run(capsys, filled, "thread", "plan-1@example.org", "--json")
+    assert json.loads(out) == sorted(PLAN)
+    code, out, _ = run(capsys, filled, "thread", "plan-1@example.org", "--tree-json")
+    (root,) = json.loads(out)
+
+    def shape(node: dict[str, object]) -> object:
+        kids = node["children"]
+        assert isinstance(kids, list)
+        return (node["message_id"], node["missing"], [shape(k) for k in kids])
+
+    assert shape(root) == (
+        "plan-1@example.org",
+        False,
+        [
+            (
+                "plan-2@example.org",
+                False,
+                [
+                    ("plan-3@example.org", True, [("plan-4@example.pl", False, [])]),
+                    ("plan-5@example.org", False, []),
+                ],
+            )
+        ],
+    )
+    assert run(capsys, filled, "thread", "<plan-3@example.org>")[1] == PLAN_TREE  # (a ghost's)
+    assert run(capsys, filled, "thread", "<nobody@nowhere>")[0] == 1
+
+
+def _tree(store: MessageStore, msg_id: str) -> list[str]:
+    lines = []
+    stack = [(n, 0) for n in reversed(store.thread_tree(msg_id))]
+    while stack:
+        node, depth = stack.pop()
+        lines.append("  " * depth + ("?" if node.missing else "") + node.message_id)
+        stack.extend((c, depth + 1) for c in reversed(node.children))
+    return lines
+
+
+def test_notmuch_thread_trees_ghosts_loops_and_chains(notmuch_store: MessageStore) -> None:
+    assert _tree(notmuch_store, "001-fake-message-root@example.org") == [
+        "000-real-root@example.org",
+        "  001-child@example.org",
+        "    ?nonexistent-message@example.org",
+        "      001-fake-message-root@example.org",
+        "    001-grand-child@example.org",
+        "      001-great-grand-child@example.org",
+        "    001-grand-child2@example.org",
+    ]
+    # two messages each in reply to the other: the older one is the root
+    assert _tree(notmuch_store, "mid-loop-21@example.org") == [
+        "mid-loop-12@example.org",
+        "  mid-loop-21@example.org",
+    ]
+    # a ghost first in a reply's References: the parent of the stored root (JWZ)
+    tree = _tree(notmuch_store, "87bmc6lp3h.fsf@len.workgroup")
+    assert tree[0].startswith("?RT-Ticket-33575@") and tree[1] == "  87bmc6lp3h.fsf@len.workgroup"
+    assert len(tree) == 4
