@@ -64,10 +64,12 @@ _FOLDED_SUBJECT = (
     "CASE WHEN strlen({m}.subject_key) = length({m}.subject_key) THEN {m}.subject_key"
     " ELSE replace(strip_accents({m}.subject_key), 'ß', 'ss') END"
 )
-# a word's edges: the start or end of the text, or a character that is neither
-# a letter nor a digit (RE2's \w is ASCII only)
+# what separates words: anything but a letter or a digit (in SQL, RE2's
+# [^\pL\pN]: its \w is ASCII only)
+_NOT_WORD = re.compile(r"[\W_]+")
 _EDGE_BEFORE = r"(^|[^\pL\pN])"
 _EDGE_AFTER = r"([^\pL\pN]|$)"
+_BETWEEN = r"[^\pL\pN]+"
 _DOMAIN = "regexp_extract({a}, '@([^@]*)$', 1)"
 
 _SUBJECT_ONLY = (
@@ -130,7 +132,12 @@ class _Compiler:
             matches = f"SELECT {inner}.message_id FROM messages {inner}"
             matches += f" WHERE {self.predicate(node.query, inner)}"
             return self._threads_of(m, matches)
-        return f"coalesce({self._term(node, m)}, false)"
+        # each conjunct coalesced on its own: a coalesce around a whole AND keeps
+        # DuckDB from filtering on its cheap part first (subject:budget, 100,000
+        # messages: 150 ms -> 69 ms median)
+        term = self._term(node, m)
+        parts = [f"coalesce({p}, false)" for p in ([term] if isinstance(term, str) else term)]
+        return parts[0] if len(parts) == 1 else "(" + " AND ".join(parts) + ")"
 
     @staticmethod
     def _threads_of(m: str, ids: str) -> str:
@@ -139,7 +146,8 @@ class _Compiler:
             f" (SELECT thread_id FROM thread_nodes WHERE message_id IN ({ids})))"
         )
 
-    def _term(self, node: Query, m: str) -> str:
+    def _term(self, node: Query, m: str) -> str | list[str]:
+        """The condition of a term: one, or conjuncts that must all hold."""
         if isinstance(node, Word | Phrase):
             return self._words(node, m)
         if isinstance(node, ExactSubject):
@@ -165,19 +173,19 @@ class _Compiler:
                 parts.append(f"{m}.date_utc >= {_instant(node.start)}")
             if node.end is not None:
                 parts.append(f"{m}.date_utc < {_instant(node.end)}")
-            return " AND ".join(parts) or f"{m}.date_utc IS NOT NULL"
+            return parts or f"{m}.date_utc IS NOT NULL"
         if isinstance(node, SizeRange):
             self.notes.append("size: messages.size (the raw message, bytes)")
             low = "" if node.low is None else f"{m}.size >= {node.low}"
             high = "" if node.high is None else f"{m}.size <= {node.high}"
-            return " AND ".join(p for p in (low, high) if p) or "true"
+            return [p for p in (low, high) if p] or "true"
         if isinstance(node, Location | Is):
             return self._location(node, m)
         if isinstance(node, HasAttachment):
             raise UsageError("has:attachment needs the full-text projection, not built yet")
         raise TypeError(f"not a query node: {node!r}")
 
-    def _words(self, node: Word | Phrase, m: str) -> str:
+    def _words(self, node: Word | Phrase, m: str) -> list[str]:
         if node.field == "filename":
             raise UsageError("filename: needs the full-text projection, not built yet")
         if node.field in ("text", "body"):
@@ -185,17 +193,23 @@ class _Compiler:
         self.notes.append(
             "words: the subject key (reply prefixes dropped), folded; a scan of messages"
         )
-        words = node.words if isinstance(node, Phrase) else (node.word,)
-        pattern = _EDGE_BEFORE + r"[^\pL\pN]+".join(re.escape(w) for w in words)
+        raw = node.words if isinstance(node, Phrase) else (node.word,)
+        # words are runs of letters and digits, on both sides (``live-wire`` is
+        # the phrase "live wire"), as the full-text projection's tokenizer will cut them
+        words = [w for text in raw for w in _NOT_WORD.split(text) if w]
+        if not words:
+            raise UsageError(f"{' '.join(raw)!r} holds no letter or digit to search for")
+        pattern = _EDGE_BEFORE + _BETWEEN.join(re.escape(w) for w in words)
         if not node.prefix:
             pattern += _EDGE_AFTER
         folded = _FOLDED_SUBJECT.format(m=m)
         # the plain substring first: it discards most rows before the expression
-        # is matched (a ``contains`` is several times cheaper than a regexp)
-        return (
-            f"contains({folded}, {_literal(max(words, key=len))})"
-            f" AND regexp_matches({folded}, {_literal(pattern)})"
-        )
+        # is matched (measured against a regexp_replace of every subject into
+        # space-separated words and a LIKE: that was 2.6 times slower beside from:)
+        return [
+            f"contains({folded}, {_literal(max(words, key=len))})",
+            f"regexp_matches({folded}, {_literal(pattern)})",
+        ]
 
     def _address(self, node: Address, m: str) -> str:
         if node.field == "from":

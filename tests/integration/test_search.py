@@ -79,6 +79,9 @@ FIXTURE_TABLE: list[tuple[str, set[str]]] = [
     ("subject:wire", PLAN),
     ('subject:"live wire"', PLAN),
     ('subject:"wire live"', set()),
+    ("subject:live-wire", PLAN),  # (punctuation separates words, as in the subject)
+    ('subject:"wire release"', PLAN),  # ("Live Wire: release plan")
+    ("subject:plan_", PLAN),
     ("subject:migracja", {"plan-4@example.pl"}),
     ("subject:rel*", PLAN),
     ("subject:FAILED", {"nightly-20240629@lists.example.org", "nightly-fix@example.org"}),
@@ -199,6 +202,8 @@ def test_terms_the_read_model_cannot_answer_are_refused() -> None:
     for query in ("filename:report.pdf", "has:attachment", "from:ada OR has:attachment"):
         with pytest.raises(UsageError, match="full-text projection"):
             compile_query(parse(query, now=NOW))
+    with pytest.raises(UsageError, match="no letter or digit"):
+        compile_query(parse("subject:--", now=NOW))
 
 
 def test_subject_only_words_are_said_in_the_plan() -> None:
