@@ -43,11 +43,20 @@ from projections.queries.messages import (
     stored_ids,
     stored_shas,
     thread_of,
+    thread_of_id,
 )
+from projections.queries.search import Output, Sort, search_sql, search_table
+from projections.queries.search_sql import SearchPlan, compile_query
+from projections.queries.threads import ThreadNode, thread_tree
 
 __all__ = [
     "CURSOR_LOG",
     "FEW_PLACES",
+    "Output",
+    "SearchPlan",
+    "Sort",
+    "ThreadNode",
+    "compile_query",
     "contains_uidl",
     "count_stored_shas",
     "counts",
@@ -72,9 +81,13 @@ __all__ = [
     "message_sha",
     "recipients_after",
     "run_sql",
+    "search_sql",
+    "search_table",
     "stored_ids",
     "stored_shas",
     "thread_of",
+    "thread_of_id",
+    "thread_tree",
     "uidl_places",
     "uidls",
 ]  # fmt: skip
