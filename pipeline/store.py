@@ -115,40 +115,6 @@ class MessageStore:
         self.close()
         self.blobs.close()  # (the blob index's file too: done with the store)
 
-    # -- the projector's settings, as callers set them on the store ---------------
-    @property
-    def db_path(self) -> Path:
-        return self.projector.db_path
-
-    @property
-    def caught_up_seq(self) -> int | None:
-        """The log's last seq when the projections were last seen to hold all of it."""
-        return self.projector.caught_up_seq
-
-    @property
-    def fold_every(self) -> int:
-        return self.projector.fold_every
-
-    @fold_every.setter
-    def fold_every(self, value: int) -> None:
-        self.projector.fold_every = value
-
-    @property
-    def fold_share(self) -> float:
-        return self.projector.fold_share
-
-    @fold_share.setter
-    def fold_share(self, value: float) -> None:
-        self.projector.fold_share = value
-
-    @property
-    def memory_budget(self) -> int:
-        return self.projector.memory_budget
-
-    @memory_budget.setter
-    def memory_budget(self, value: int) -> None:
-        self.projector.memory_budget = value
-
     # -- writing --------------------------------------------------------------
     def commit(self, events: Sequence[Event], *, apply: bool = True) -> pa.Table:
         """Make the batch's blobs durable, commit the events, fold them into projections.

@@ -69,9 +69,9 @@ def sync_accounts(
     ``sources``: how each kind of server is reached (``App.sources``).
     ``progress``: told of each folder's bodies to fetch, as they arrive."""
     report = RunReport(run_id=store.run_id if store else "measure", applied=opts.apply)
-    saved = store.fold_every if store else 0
+    saved = store.projector.fold_every if store else 0
     if store is not None:
-        store.fold_every = sync_fold_every(saved, store.log.last_seq())
+        store.projector.fold_every = sync_fold_every(saved, store.log.last_seq())
     try:
         with worker_pool(opts.workers if opts.apply else 0) as pool:
             for name, account in config.accounts.items():
@@ -82,7 +82,7 @@ def sync_accounts(
                 )
     finally:
         if store is not None:
-            store.fold_every = saved
+            store.projector.fold_every = saved
     return report
 
 
