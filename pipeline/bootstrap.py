@@ -80,7 +80,7 @@ class App:
             path, create=create, check=check, clock=self.clock, run_id=self.run_id
         )
         if memory is not None:
-            store.memory_budget = memory
+            store.projector.memory_budget = memory
         return store
 
     def now(self) -> Any:

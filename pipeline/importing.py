@@ -27,16 +27,16 @@ def _bulk(store: MessageStore) -> Iterator[None]:
     fewer, larger folds are faster. Memory stays bounded: pending events are kept
     without their headers and a fold also runs once they hold 128 MB
     (``pipeline.store``), and DuckDB spills a large fold to disk."""
-    saved = store.fold_every, store.fold_share
+    saved = store.projector.fold_every, store.projector.fold_share
     # 50,000 events, or a quarter of what the store held at the last fold: a fold
     # costs in part a scan of what it touches, so folds spaced in proportion to
     # the store keep an import's cost per message the same into a large store
-    store.fold_every, store.fold_share = 50_000, 0.25
+    store.projector.fold_every, store.projector.fold_share = 50_000, 0.25
     try:
         with store.session():
             yield
     finally:
-        store.fold_every, store.fold_share = saved
+        store.projector.fold_every, store.projector.fold_share = saved
 
 
 def run_import(

@@ -115,40 +115,6 @@ class MessageStore:
         self.close()
         self.blobs.close()  # (the blob index's file too: done with the store)
 
-    # -- the projector's settings, as callers set them on the store ---------------
-    @property
-    def db_path(self) -> Path:
-        return self.projector.db_path
-
-    @property
-    def caught_up_seq(self) -> int | None:
-        """The log's last seq when the projections were last seen to hold all of it."""
-        return self.projector.caught_up_seq
-
-    @property
-    def fold_every(self) -> int:
-        return self.projector.fold_every
-
-    @fold_every.setter
-    def fold_every(self, value: int) -> None:
-        self.projector.fold_every = value
-
-    @property
-    def fold_share(self) -> float:
-        return self.projector.fold_share
-
-    @fold_share.setter
-    def fold_share(self, value: float) -> None:
-        self.projector.fold_share = value
-
-    @property
-    def memory_budget(self) -> int:
-        return self.projector.memory_budget
-
-    @memory_budget.setter
-    def memory_budget(self, value: int) -> None:
-        self.projector.memory_budget = value
-
     # -- writing --------------------------------------------------------------
     def commit(self, events: Sequence[Event], *, apply: bool = True) -> pa.Table:
         """Make the batch's blobs durable, commit the events, fold them into projections.
@@ -298,11 +264,6 @@ class MessageStore:
             return []
         return self.projector.read(queries.find_ids, header, value)
 
-    def summaries(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """``date_iso``, ``from_addr`` and ``subject`` of each stored message of ``ids``."""
-        rows = self.message_rows(ids, "message_id, date_iso, from_addr, subject")
-        return {r["message_id"]: r for r in rows}
-
     def listing(self, ids: Sequence[str]) -> list[str]:
         """``find``'s plain lines for ``ids``, in their order (see ``queries.listing``)."""
         return self.projector.read(queries.listing, ids) if ids else []
@@ -319,6 +280,23 @@ class MessageStore:
     def walk_thread(self, msg_id: str) -> list[str]:
         """Every stored message of ``msg_id``'s thread, oldest first (undated last)."""
         return self.projector.read(queries.thread_of, msg_id)
+
+    def thread_tree(self, msg_id: str) -> list[queries.ThreadNode]:
+        """The tree of ``msg_id``'s thread, ghosts included: its roots."""
+        return self.projector.read(queries.thread_tree, msg_id)
+
+    def search(
+        self,
+        plan: queries.SearchPlan,
+        output: queries.Output = "summary",
+        *,
+        sort: queries.Sort = "newest",
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> pa.Table:
+        """The answer to a compiled search query (``queries.compile_query``), in
+        one query over the projections (see ``queries.search_table``)."""
+        return self.projector.read(queries.search_table, plan, output, sort, limit, offset)
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """Run SQL over the projections and the ``events`` view of the log."""

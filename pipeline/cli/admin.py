@@ -72,7 +72,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.json:
         output.print_json(msg)
     else:
-        print(f"replayed {last} events in {took:.2f}s into {store.db_path}")
+        print(f"replayed {last} events in {took:.2f}s into {store.projector.db_path}")
     return EXIT_OK
 
 

@@ -10,7 +10,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 
 from pipeline.bootstrap import App
-from pipeline.cli import admin, dispatching, docs, output, reading, syncing
+from pipeline.cli import admin, dispatching, docs, output, reading, searching, syncing
 from pipeline.cli.common import resolve_store
 from pipeline.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from pipeline.cli.parsing import Parser, Version, global_options
@@ -24,6 +24,7 @@ _COMMANDS = (
     admin.add_import,
     admin.add_replay,
     reading.add_find,
+    searching.add_search,
     reading.add_show,
     reading.add_thread,
     admin.add_delete,
@@ -49,6 +50,7 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
             examples:
               mailledger import maildir ~/Maildir
               mailledger find subject 'Re: budget'
+              mailledger search 'from:alice subject:budget date:2025-06..'
               mailledger thread '<id@example.com>'
               mailledger query "select * from thread('<id@example.com>')"
             """

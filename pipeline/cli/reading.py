@@ -14,6 +14,7 @@ from pipeline.cli import output
 from pipeline.cli.common import open_store
 from pipeline.cli.exits import EXIT_OK
 from pipeline.cli.parsing import add_command
+from pipeline.cli.searching import print_tree
 from stores.errors import NotFoundError, UsageError
 
 __all__ = ["add_cursor", "add_find", "add_query", "add_show", "add_stats", "add_thread"]
@@ -57,17 +58,14 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_thread(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        ids = store.walk_thread(args.id)
-        if args.json:
-            output.print_json(ids)
+        if args.json:  # (the flat array of ids scripts read)
+            output.print_json(store.walk_thread(args.id))
             return EXIT_OK
-        rows = store.summaries(ids)  # one query for every message, never one per message
-        for mid in ids:
-            rec = rows.get(mid) or {}
-            print(
-                f"{rec.get('date_iso') or '(undated)':20}  {rec.get('from_addr') or '-':30}"
-                f"  {rec.get('subject') or ''}  <{mid}>"
-            )
+        roots = store.thread_tree(args.id)  # (one read of the thread, never one per message)
+    if args.tree_json:
+        output.print_json([root.as_dict() for root in roots])
+    else:
+        print_tree(roots)
     return EXIT_OK
 
 
@@ -162,11 +160,20 @@ def add_thread(subs: Any) -> None:
         subs,
         "thread",
         cmd_thread,
-        "list every stored message of a thread, oldest first",
-        "mailledger thread '<id@example.com>' --json",
+        "draw a thread as a tree: replies indented under their parent, oldest first,"
+        " messages the store lacks shown as [missing]",
+        "mailledger thread '<id@example.com>' --tree-json",
     )
     p.add_argument("id")
-    p.add_argument("--json", action="store_true", help="a JSON array of Message-IDs")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument(
+        "--json", action="store_true", help="a flat JSON array of the stored Message-IDs"
+    )
+    shape.add_argument(
+        "--tree-json",
+        action="store_true",
+        help="the tree as nested JSON: message_id, missing, date_iso, from_addr, subject, children",
+    )
 
 
 def add_query(subs: Any) -> None:

@@ -13,6 +13,7 @@ from email.message import EmailMessage
 from typing import Any
 
 from pipeline.store import MessageStore
+from projections import queries
 from stores.atomic import replace_file
 from stores.errors import MailledgerError
 
@@ -108,10 +109,7 @@ class Consumer:
         if self._lock_fd is None:
             raise MailledgerError(f"consumer {self.name!r} is not open")
         bound = self.store.log.last_seq()
-        rows = self.store.query(
-            "SELECT seq, message_id, to_addrs FROM messages WHERE seq > ? ORDER BY seq",
-            [self.seq],
-        ).to_pylist()
+        rows = self.store.projector.read(queries.recipients_after, self.seq)
         return bound, [r for r in rows if r["seq"] not in self.acked]
 
     def ack(self, seqs: Iterable[int], delivered: Sequence[int], bound: int) -> int:

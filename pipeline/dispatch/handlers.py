@@ -17,6 +17,7 @@ from typing import Any
 from pipeline.config.dispatch import DispatchConfig
 from pipeline.dispatch.checkpoint import Consumer
 from pipeline.store import MessageStore
+from projections import queries
 from projections.normalize import normalize_msgid
 from stores.errors import ConfigError, MailledgerError
 
@@ -154,9 +155,7 @@ def dispatch(
             report.checkpoint_from = report.checkpoint_to = cons.seq
             bound, rows = cons.pending()
         else:
-            rows = store.query(
-                "SELECT seq, message_id, to_addrs FROM messages ORDER BY seq"
-            ).to_pylist()
+            rows = store.projector.read(queries.recipients_after)
         delivered = [r["seq"] for r in rows]
         groups = _route(cfg, rows, report)
         for name, members in groups.items():

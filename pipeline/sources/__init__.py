@@ -9,7 +9,7 @@
 The three file sources are one interface, :class:`MessageSource`, which the one
 import driver (``pipeline.importing.run_import``) drives. The two servers are
 built by the composition root (``pipeline.bootstrap.Sources``) and driven by the
-sync (``pipeline.sync``, ``pipeline.pop3_sync``), each by its own protocol: an
+sync (``pipeline.sync``, ``pipeline.sync.pop3``), each by its own protocol: an
 IMAP folder is planned from a cursor and read as envelopes, then bodies; a POP3
 maildrop is planned from its UIDL list and read a message at a time, then
 emptied. What they share is a connection's life (``with factory(account,

@@ -1,6 +1,6 @@
 """A POP3 maildrop as a source: the connection (UIDL, LIST, RETR, DELE, QUIT)
 and the plan of a run (which listed messages to take, skip, delete), pure.
-Knows nothing of the store: ``pipeline.pop3_sync`` drives it.
+Knows nothing of the store: ``pipeline.sync.pop3`` drives it.
 
 POP3 has one mailbox (reported as folder ``INBOX``) and no cursor: the set of
 UIDLs on record is the state. Messages are told apart by UIDL and size (the

@@ -12,4 +12,4 @@ This ``__init__`` imports nothing: a sync that finds nothing new (``idle``) must
 load neither pyarrow nor DuckDB, which ``accounts`` and ``folder`` need.
 """
 
-__all__ = ["accounts", "fetch", "folder", "idle", "plan", "reassigned", "sources", "watch"]
+__all__ = ["accounts", "fetch", "folder", "idle", "plan", "pop3", "reassigned", "sources", "watch"]

@@ -1,5 +1,5 @@
 """A sync run over the configured accounts: each IMAP account's folders in turn
-(failures isolated per account), each POP3 account through ``pipeline.pop3_sync``,
+(failures isolated per account), each POP3 account through ``pipeline.sync.pop3``,
 and what the server's folder list says about folders missing or gone.
 
 Every account, folder and message is accounted for in the ``RunReport``; a run
@@ -72,9 +72,9 @@ def sync_accounts(
     ``secrets``: the secrets of accounts resolved already (by ``sync.idle``: a
     ``password_command`` is run once a run)."""
     report = RunReport(run_id=store.run_id if store else "measure", applied=opts.apply)
-    saved = store.fold_every if store else 0
+    saved = store.projector.fold_every if store else 0
     if store is not None:
-        store.fold_every = sync_fold_every(saved, store.log.last_seq())
+        store.projector.fold_every = sync_fold_every(saved, store.log.last_seq())
     try:
         with worker_pool(opts.workers if opts.apply else 0) as pool:
             for name, account in config.accounts.items():
@@ -86,7 +86,7 @@ def sync_accounts(
                 )
     finally:
         if store is not None:
-            store.fold_every = saved
+            store.projector.fold_every = saved
     return report
 
 

@@ -4,7 +4,6 @@ the one reconcile, and the parser's synthetic Message-ID rule. Where the sources
 live is written in this file alone."""
 
 from pipeline.parse import synthetic_message_id
-from pipeline.pop3_sync import sync_pop3_account
 from pipeline.reconcile import not_on_server, vanished_events
 from pipeline.sources.imap import (
     Envelope,
@@ -17,6 +16,7 @@ from pipeline.sources.imap import (
     select_folders,
 )
 from pipeline.sources.imap.fetch import Fetched, fetch_bodies, fetch_prepared
+from pipeline.sync.pop3 import sync_pop3_account
 
 __all__ = [
     "Envelope",

@@ -17,10 +17,12 @@ from projections.queries.locations import (
     cursor,
     deleted_contents,
     folder_cursors,
+    has_places,
     held_shas,
     known_uidls,
     locations_at,
     locations_in,
+    uidl_places,
     uidls,
 )
 from projections.queries.messages import (
@@ -37,15 +39,25 @@ from projections.queries.messages import (
     message_ids,
     message_rows,
     message_sha,
+    recipients_after,
     run_sql,
     stored_ids,
     stored_shas,
     thread_of,
+    thread_of_id,
 )
+from projections.queries.search import Output, Sort, search_sql, search_table
+from projections.queries.search_sql import SearchPlan, compile_query
+from projections.queries.threads import ThreadNode, thread_tree
 
 __all__ = [
     "CURSOR_LOG",
     "FEW_PLACES",
+    "Output",
+    "SearchPlan",
+    "Sort",
+    "ThreadNode",
+    "compile_query",
     "contains_uidl",
     "count_stored_shas",
     "counts",
@@ -56,6 +68,7 @@ __all__ = [
     "find_listing",
     "folder_cursors",
     "has_messages",
+    "has_places",
     "headers_at",
     "held_pool",
     "held_shas",
@@ -68,10 +81,16 @@ __all__ = [
     "message_ids",
     "message_rows",
     "message_sha",
+    "recipients_after",
     "run_sql",
+    "search_sql",
+    "search_table",
     "snapshot_folders",
     "stored_ids",
     "stored_shas",
     "thread_of",
+    "thread_of_id",
+    "thread_tree",
+    "uidl_places",
     "uidls",
 ]  # fmt: skip

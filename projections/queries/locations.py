@@ -223,3 +223,23 @@ def known_uidls(
                 if e["size"] is None:
                     e["size"] = sizes.get(e["sha256"])
     return out
+
+
+def has_places(con: duckdb.DuckDBPyConnection, source: str) -> bool:
+    """Has ``source`` ever recorded a message here (else a sync of it is its first contact)?"""
+    return (
+        con.execute("SELECT 1 FROM locations WHERE source = ? LIMIT 1", [source]).fetchone()
+        is not None
+    )
+
+
+def uidl_places(con: duckdb.DuckDBPyConnection, source: str, folder: str) -> list[dict[str, Any]]:
+    """The live places of ``source`` in ``folder`` that carry a UIDL, by UIDL: ``folder``,
+    ``uidl``, ``message_id`` each."""
+    return _dicts(
+        con.execute(
+            "SELECT DISTINCT folder, uidl, message_id FROM locations WHERE source = ?"
+            " AND folder = ? AND NOT vanished AND uidl IS NOT NULL ORDER BY uidl",
+            [source, folder],
+        )
+    )

@@ -33,6 +33,7 @@ __all__ = [
     "stored_ids",
     "stored_shas",
     "thread_of",
+    "thread_of_id",
 ]  # fmt: skip
 
 # a listing's line of a primary record (``m``: the table's qualifier, with its dot)
@@ -257,18 +258,22 @@ def find_listing(con: duckdb.DuckDBPyConnection, header: str, value: str) -> pa.
         con.unregister("_q_hits")
 
 
-def thread_of(con: duckdb.DuckDBPyConnection, msg_id: str) -> list[str]:
-    """Every stored message of ``msg_id``'s thread (its connected component of the
-    reply graph, ghosts included), oldest first, undated last."""
-    found: list[Any] = []
+def thread_of_id(con: duckdb.DuckDBPyConnection, msg_id: str) -> str:
+    """The thread id of ``msg_id`` (with or without angle brackets); NotFoundError
+    when the store does not hold it."""
     for mid in _id_candidates(msg_id):
         q = "SELECT thread_id FROM thread_nodes WHERE message_id = ?"
         found = con.execute(q, [mid]).fetchall()
         if found:
-            break
-    if not found:
-        raise NotFoundError(f"no message {msg_id!r} in the store")
-    members = rows_where_in(con, "thread_nodes", "thread_id", [found[0][0]], "message_id")
+            return str(found[0][0])
+    raise NotFoundError(f"no message {msg_id!r} in the store")
+
+
+def thread_of(con: duckdb.DuckDBPyConnection, msg_id: str) -> list[str]:
+    """Every stored message of ``msg_id``'s thread (its connected component of the
+    reply graph, ghosts included), oldest first, undated last."""
+    thread_id = thread_of_id(con, msg_id)
+    members = rows_where_in(con, "thread_nodes", "thread_id", [thread_id], "message_id")
     dated = rows_where_in(
         con, "messages", "message_id", members.column("message_id").to_pylist(),
         "message_id, date_iso",
@@ -310,3 +315,12 @@ def count_stored_shas(con: duckdb.DuckDBPyConnection) -> int:
 def stored_shas(con: duckdb.DuckDBPyConnection) -> pa.RecordBatchReader:
     """The sha256 of every blob a stored message holds, sorted, streamed."""
     return con.sql(f"{_STORED_SHAS} ORDER BY 1").to_arrow_reader(1 << 16)
+
+
+def recipients_after(con: duckdb.DuckDBPyConnection, seq: int = 0) -> list[dict[str, Any]]:
+    """Every stored message above ``seq``, oldest first: ``seq``, ``message_id`` and
+    ``to_addrs`` each (what dispatch routes on)."""
+    rows = con.execute(
+        "SELECT seq, message_id, to_addrs FROM messages WHERE seq > ? ORDER BY seq", [seq]
+    ).fetchall()
+    return [{"seq": q, "message_id": m, "to_addrs": to} for q, m, to in rows]

@@ -382,13 +382,13 @@ def test_an_import_into_a_new_store_builds_its_projections_once_at_the_end(
     for i, name in enumerate(names):
         _put(root / "cur" / name, _msg(f"m{i % 9}@x", f"s{i % 9}"))
     with _open(tmp_path / "store") as st:
-        st.fold_every = 2  # a fold would be due after every batch
+        st.projector.fold_every = 2  # a fold would be due after every batch
         ingest = Ingest(st, "import:test", batch_size=2)
         _offer_files(ingest, root, names[:8])
-        assert len(st.log.files()) >= 3 and not st.db_path.exists()
+        assert len(st.log.files()) >= 3 and not st.projector.db_path.exists()
         _offer_files(ingest, root, names[8:])
         ingest.flush()
-        assert st.db_path.exists() and ingest.counts.balanced
+        assert st.projector.db_path.exists() and ingest.counts.balanced
         assert (ingest.counts.new_messages, ingest.counts.duplicates) == (9, 3)
         assert len(st.message_ids()) == 9 and st.verify() == []
         # the projections exist now: a later run folds as it goes, when a fold is due
@@ -423,7 +423,7 @@ def test_ids_seen_absent_are_not_asked_again_until_another_writer_commits(
 
         monkeypatch.setattr(st, "stored_ids", spy)
         ingest = Ingest(st, "import:test", batch_size=2)
-        ingest.absent([f"m{i}@x" for i in range(6)], st.caught_up_seq)
+        ingest.absent([f"m{i}@x" for i in range(6)], st.projector.caught_up_seq)
         _offer_files(ingest, root, names[:4])  # the first batch is committed
         assert st.log.last_seq() > 1 and asked == []
         with _open(tmp_path / "store") as other:

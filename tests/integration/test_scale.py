@@ -118,10 +118,10 @@ def test_a_rebuild_of_staged_events_within_a_small_budget_spills_and_completes(
 
 def test_replay_within_a_small_budget_spills_completes_and_verifies(big_store: Path) -> None:
     with MessageStore.open(big_store) as store:
-        before = fingerprint_of(store.db_path)
-        store.memory_budget = BUDGET  # the least there is: it must spill
+        before = fingerprint_of(store.projector.db_path)
+        store.projector.memory_budget = BUDGET  # the least there is: it must spill
         assert store.reindex() == 60_000
-        assert fingerprint_of(store.db_path) == before
+        assert fingerprint_of(store.projector.db_path) == before
         assert store.verify(blobs=False) == []
         leftovers = sorted(p.name for p in big_store.iterdir() if "rebuild" in p.name)
     assert leftovers == []

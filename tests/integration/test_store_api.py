@@ -333,7 +333,7 @@ def test_projections_of_another_version_or_hash_are_rebuilt_before_a_read(
     from projections.tables import PROJECTION_VERSION
 
     filled.close()
-    con = duckdb.connect(str(filled.db_path))
+    con = duckdb.connect(str(filled.projector.db_path))
     con.execute("UPDATE meta SET value = value + 1 WHERE key = ?", [key])
     con.close()
     assert filled.find("subject", "lunch") == ["other@example.org"]
@@ -495,7 +495,9 @@ def test_another_process_can_read_the_projections_while_a_writer_store_stays_ope
 ) -> None:
     store.add("u1", LIVE)  # the store object stays open, as in `sync --watch`
     done = subprocess.run(
-        [sys.executable, "-c", _TRY_READ, str(store.db_path)], capture_output=True, text=True
+        [sys.executable, "-c", _TRY_READ, str(store.projector.db_path)],
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
 
@@ -517,7 +519,7 @@ def test_a_catch_up_with_nothing_to_fold_does_not_wait_for_another_process_readi
     store.add("u1", LIVE)
     assert store.get(LIVE_ID) is not None  # (the projections seen at the log's end)
     reader = subprocess.Popen(
-        [sys.executable, "-c", _HOLD_READ, str(store.db_path)],
+        [sys.executable, "-c", _HOLD_READ, str(store.projector.db_path)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

@@ -188,9 +188,9 @@ def test_purge_refuses_to_launder_a_tampered_file(store: MessageStore) -> None:
 def test_purge_rebuilds_the_projection_file_from_scratch(store: MessageStore) -> None:
     _fill(store, 3)
     store.delete("person.2.id@laptop.example")
-    old = store.db_path.stat().st_ino
+    old = store.projector.db_path.stat().st_ino
     store.purge()
-    assert store.db_path.stat().st_ino != old
+    assert store.projector.db_path.stat().st_ino != old
     names = sorted(p.name for p in store.root.iterdir())
     assert names == ["blobs", "log", "projections.duckdb", "store.json"]
 

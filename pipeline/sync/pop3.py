@@ -42,6 +42,7 @@ from pipeline.reconcile import not_on_server
 from pipeline.reports import AccountReport, FolderReport, SyncOptions
 from pipeline.sources.pop3 import FOLDER, Pop3Entry, Pop3Source, plan_pop3, trim_terminator
 from pipeline.store import MessageStore
+from projections import queries
 from stores.errors import MailledgerError, SourceError, TransientSourceError
 
 __all__ = ["Pop3FolderReport", "sync_pop3_account"]
@@ -128,10 +129,7 @@ class _Pop3Sync:
 
     def _has_history(self) -> bool:
         """Has this account ever recorded a message (else this run is its first contact)?"""
-        table = self.store.query(
-            "SELECT 1 AS x FROM locations WHERE source = ? LIMIT 1", [self.account.name]
-        )
-        return bool(table.num_rows > 0)
+        return self.store.projector.read(queries.has_places, self.account.name)
 
     def _run(self, fr: Pop3FolderReport) -> None:
         name = self.account.name
@@ -225,11 +223,7 @@ class _Pop3Sync:
 
     def _reconcile(self, entries: Sequence[Pop3Entry], fr: Pop3FolderReport) -> None:
         """Record the UIDLs on record here that the server no longer lists."""
-        rows = self.store.query(
-            "SELECT DISTINCT folder, uidl, message_id FROM locations WHERE source = ?"
-            " AND folder = ? AND NOT vanished AND uidl IS NOT NULL ORDER BY uidl",
-            [self.account.name, FOLDER],
-        ).to_pylist()
+        rows = self.store.projector.read(queries.uidl_places, self.account.name, FOLDER)
         gone = not_on_server(
             self.store,
             self.account.name,

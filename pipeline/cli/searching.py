@@ -1,0 +1,182 @@
+"""``mailledger search QUERY``: the search language (``projections.search``)
+compiled to one query over the projections, printed as a summary, messages,
+threads or a count; and ``thread ID`` drawn as a tree."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from datetime import UTC, datetime, tzinfo
+from typing import TYPE_CHECKING, Any
+
+from pipeline.cli import output
+from pipeline.cli.common import open_store
+from pipeline.cli.exits import EXIT_ERROR, EXIT_OK
+from pipeline.cli.parsing import add_command
+from stores.errors import UsageError
+
+if TYPE_CHECKING:  # (every command imports this module: DuckDB and pyarrow when used)
+    import pyarrow as pa
+
+    from projections.queries import ThreadNode
+
+__all__ = ["add_search", "print_tree"]
+
+log = logging.getLogger("mailledger.cli")
+
+_OUTPUTS = ("summary", "threads", "messages", "count")
+_FORMATS = ("text", "json", "ids", "text0")
+
+
+def _zone(name: str | None) -> tzinfo:
+    if not name or name.upper() == "UTC":
+        return UTC
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise UsageError(f"--tz: unknown time zone {name!r}") from None
+
+
+def _now(args: argparse.Namespace) -> datetime:
+    if args.now is None:
+        now: datetime = args.app.clock.now()
+        return now
+    try:
+        when = datetime.fromisoformat(args.now.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"--now: not an ISO 8601 date or time: {args.now!r}") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def _lines(table: pa.Table, out: str, fmt: str) -> list[str]:
+    """The text lines of a result (``text``, ``ids``, ``text0``)."""
+    rows = table.to_pylist()
+    if fmt != "text" or out == "messages":
+        key = "thread_id" if out == "threads" else "message_id"
+        return [r[key] for r in rows]
+    if out == "threads":
+        return [
+            f"thread:{r['thread_id']}  {r['date_iso'] or '(undated)':20}"
+            f"  [{r['matched']}/{r['messages']}]  {_one_line(r['subject'])}"
+            for r in rows
+        ]
+    return [
+        f"{r['date_iso'] or '(undated)':20}  {r['from_addr'] or '-':30}"
+        f"  {_one_line(r['subject'])}  <{r['message_id']}>"
+        for r in rows
+    ]
+
+
+def _one_line(text: str | None) -> str:
+    return " ".join((text or "").split())
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from projections.queries import compile_query, search_sql
+    from projections.search import explain, parse
+
+    if (args.limit is not None and args.limit < 0) or args.offset < 0:
+        raise UsageError("--limit and --offset may not be negative")
+    tree = parse(args.query, now=_now(args), tz=_zone(args.tz))  # (exit 2, with the position)
+    plan = compile_query(tree)
+    if args.explain:
+        print(f"query: {explain(tree)}")
+        for note in plan.notes:
+            print(f"  - {note}")
+        print(search_sql(plan, args.output, args.sort, args.limit, args.offset))
+        return EXIT_OK
+    for note in plan.notes:
+        if "not built yet" in note:
+            log.warning("note: %s", note)
+    with open_store(args) as store:
+        table = store.search(
+            plan, args.output, sort=args.sort, limit=args.limit, offset=args.offset
+        )
+    empty = (table.column(0)[0].as_py() == 0) if args.output == "count" else table.num_rows == 0
+    if args.output == "count":
+        count = table.column(0)[0].as_py()
+        if args.format == "json":
+            output.print_json(count)
+        else:
+            print(count)
+    elif args.format == "json":
+        output.print_json(_json_rows(table, args.output))
+    elif args.format == "text0":
+        sys.stdout.write("".join(f"{line}\0" for line in _lines(table, args.output, "text0")))
+    else:
+        for line in _lines(table, args.output, args.format):
+            print(line)
+    if empty:
+        print(f"mailledger: no messages match {args.query!r}", file=sys.stderr)
+        return EXIT_ERROR if args.exit_on_empty else EXIT_OK
+    return EXIT_OK
+
+
+def _json_rows(table: pa.Table, out: str) -> list[Any]:
+    if out == "messages":
+        return table.column("message_id").to_pylist()
+    rows: list[Any] = table.to_pylist()
+    return rows
+
+
+def print_tree(roots: list[ThreadNode]) -> None:
+    """A thread tree, a line per node, indented two spaces a level: date, sender,
+    subject and the Message-ID; a ghost as ``[missing]`` with its id."""
+    stack = [(node, 0) for node in reversed(roots)]
+    while stack:
+        node, depth = stack.pop()
+        pad = "  " * depth
+        if node.missing:
+            print(f"{pad}[missing]  <{node.message_id}>")
+        else:
+            print(
+                f"{pad}{node.date_iso or '(undated)'}  {node.from_addr or '-'}"
+                f"  {_one_line(node.subject)}  <{node.message_id}>"
+            )
+        stack.extend((child, depth + 1) for child in reversed(node.children))
+
+
+def add_search(subs: Any) -> None:
+    p = add_command(
+        subs,
+        "search",
+        cmd_search,
+        "search the store: from:, to:, cc:, subject:, id:, thread:, list:, date:, size:,"
+        " folder:, account:, is:, words; AND, OR, NOT, -, ( )",
+        "mailledger search 'from:alice subject:budget date:2025-06..'",
+    )
+    p.add_argument("query", help="the query (one argument: quote it)")
+    p.add_argument(
+        "--output",
+        choices=_OUTPUTS,
+        default="summary",
+        help="summary (a line a message), threads (a line a thread), messages (ids), count",
+    )
+    p.add_argument(
+        "--format",
+        choices=_FORMATS,
+        default="text",
+        help="text, json, ids (a Message-ID or thread id a line), text0 (ids, NUL-separated)",
+    )
+    p.add_argument("--sort", choices=("newest", "oldest"), default="newest")
+    p.add_argument("--limit", type=int, default=None, metavar="N")
+    p.add_argument("--offset", type=int, default=0, metavar="N")
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="print the parsed query, what each term reads, and the SQL; search nothing",
+    )
+    p.add_argument(
+        "--now",
+        metavar="WHEN",
+        help="the instant relative dates (date:2w..) count back from (default: now)",
+    )
+    p.add_argument("--tz", metavar="ZONE", help="the time zone of calendar dates (default: UTC)")
+    p.add_argument(
+        "--exit-on-empty",
+        action="store_true",
+        help="exit 1 when nothing matches (default: 0, and a note on stderr)",
+    )

@@ -1,0 +1,91 @@
+"""``search``: a compiled query (``search_sql``) run as one DuckDB query over
+the projections, shaped as the command prints it: the matching messages, their
+threads, or a count."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import duckdb
+import pyarrow as pa
+
+from projections.queries.search_sql import SearchPlan
+
+__all__ = ["Output", "Sort", "search_sql", "search_table"]
+
+Output = Literal["summary", "messages", "threads", "count"]
+Sort = Literal["newest", "oldest"]
+
+# undated messages last whichever way, then by id: a stable order for --offset
+_ORDER = {
+    "newest": "{d} DESC NULLS LAST, {i}",
+    "oldest": "{d} ASC NULLS LAST, {i}",
+}
+
+_MESSAGES = (
+    "SELECT m.message_id, m.date_iso, m.from_addr, m.subject FROM messages m"
+    " WHERE {where} ORDER BY {order}{page}"
+)
+
+# One row per thread holding a match: how many of its messages match, how many
+# it stores, the newest (or oldest) match's date, and the subject of its first
+# stored message.
+_THREADS = """
+WITH hits AS (
+    SELECT n.thread_id, m.date_utc, m.date_iso FROM messages m
+    JOIN thread_nodes n ON n.message_id = m.message_id WHERE {where}
+), found AS (
+    SELECT thread_id, count(*) AS matched, {pick}(date_utc) AS date_utc,
+           {pick_by}(date_iso, date_utc) AS date_iso
+    FROM hits GROUP BY thread_id
+), stored AS (
+    SELECT n.thread_id, count(*) AS messages,
+           arg_min(m.subject, (m.date_utc IS NULL, m.date_utc, m.message_id)) AS subject
+    FROM thread_nodes n JOIN messages m ON m.message_id = n.message_id
+    WHERE n.thread_id IN (SELECT thread_id FROM found) GROUP BY n.thread_id
+)
+SELECT f.thread_id, f.matched, s.messages, f.date_iso, s.subject
+FROM found f JOIN stored s USING (thread_id)
+ORDER BY {order}{page}
+"""
+
+
+def search_sql(
+    plan: SearchPlan,
+    output: Output,
+    sort: Sort = "newest",
+    limit: int | None = None,
+    offset: int = 0,
+) -> str:
+    """The one query that answers ``plan`` as ``output`` asks."""
+    page = (f" LIMIT {int(limit)}" if limit is not None else "") + (
+        f" OFFSET {int(offset)}" if offset else ""
+    )
+    if output == "count":
+        return f"SELECT count(*) AS count FROM messages m WHERE {plan.where}"
+    if output == "threads":
+        newest = sort == "newest"
+        return _THREADS.format(
+            where=plan.where,
+            pick="max" if newest else "min",
+            pick_by="arg_max" if newest else "arg_min",
+            order=_ORDER[sort].format(d="f.date_utc", i="f.thread_id"),
+            page=page,
+        ).strip()
+    order = _ORDER[sort].format(d="m.date_utc", i="m.message_id")
+    return _MESSAGES.format(where=plan.where, order=order, page=page)
+
+
+def search_table(
+    con: duckdb.DuckDBPyConnection,
+    plan: SearchPlan,
+    output: Output,
+    sort: Sort = "newest",
+    limit: int | None = None,
+    offset: int = 0,
+) -> pa.Table:
+    """The answer to ``plan``, as an Arrow table: for ``summary`` and ``messages``
+    a row per matching message (message_id, date_iso, from_addr, subject), for
+    ``threads`` a row per thread (thread_id, matched, messages, date_iso,
+    subject), for ``count`` one row holding the count."""
+    return con.sql(search_sql(plan, output, sort, limit, offset)).to_arrow_table()

@@ -1,0 +1,270 @@
+"""A search query tree (``projections.search``) compiled to one SQL condition
+over a row of ``messages``, with the notes ``--explain`` prints: which table
+each term reads, and what the current tables cannot answer as asked.
+
+Every term becomes a predicate that is true or false, never NULL (an undated
+message is not in ``date:2024``, so it is in ``NOT date:2024``). Values are
+spelled as SQL literals, not parameters: DuckDB plans an index scan for a
+literal ``message_id = '…'``, never for a parameter.
+
+What the read model answers today, and how:
+
+- ``from:`` reads ``messages.from_addr``; ``to:`` and ``cc:`` read
+  ``messages.to_addrs``, which holds the To and Cc addresses together, so both
+  match either header. Display names are not kept: ``from:`` matches addresses.
+- ``subject:`` words, bare words and ``body:`` read the subject key (the
+  subject lowercased, its reply prefixes dropped), folded as ``fold`` folds
+  query words. There is no full-text projection yet: bare words and ``body:``
+  search subjects only, and ``--explain`` says so.
+- ``filename:`` and ``has:attachment`` need the full-text projection: such a
+  query is refused (a usage error), never answered with nothing.
+- ``folder:``, ``account:``, ``is:vanished`` and ``is:deleted`` read
+  ``locations``: a folder or account where the message was seen (vanished from
+  it since or not), ``is:vanished`` gone from at least one place it was seen,
+  ``is:deleted`` gone from every one. A message deleted from the store itself
+  (``mailledger delete``) is not in the read model and matches nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from projections.search import (
+    Address,
+    All,
+    And,
+    DateRange,
+    ExactSubject,
+    HasAttachment,
+    Is,
+    ListId,
+    Location,
+    MessageId,
+    Not,
+    Or,
+    Phrase,
+    Query,
+    SizeRange,
+    Thread,
+    ThreadOf,
+    Word,
+)
+from projections.tables import sql_string
+from stores.errors import UsageError
+
+__all__ = ["SearchPlan", "compile_query"]
+
+# The subject key folded the way ``fold`` folds a query word: lowercased already
+# (``normalize_subject``), diacritics stripped and sharp s spelled out, on the
+# rows that hold anything but ASCII only (``strlen`` counts bytes, ``length``
+# characters: equal for ASCII, and the fold is then the key itself).
+_FOLDED_SUBJECT = (
+    "CASE WHEN strlen({m}.subject_key) = length({m}.subject_key) THEN {m}.subject_key"
+    " ELSE replace(strip_accents({m}.subject_key), 'ß', 'ss') END"
+)
+# what separates words: anything but a letter or a digit (in SQL, RE2's
+# [^\pL\pN]: its \w is ASCII only)
+_NOT_WORD = re.compile(r"[\W_]+")
+_EDGE_BEFORE = r"(^|[^\pL\pN])"
+_EDGE_AFTER = r"([^\pL\pN]|$)"
+_BETWEEN = r"[^\pL\pN]+"
+_DOMAIN = "regexp_extract({a}, '@([^@]*)$', 1)"
+
+_SUBJECT_ONLY = (
+    "bare words and body: search the subject only: the full-text projection"
+    " (message bodies) is not built yet"
+)
+_TO_CC = (
+    "to: and cc: both read the To and Cc addresses together (messages.to_addrs keeps"
+    " one list); a cc_addrs column would tell them apart"
+)
+
+
+@dataclass
+class SearchPlan:
+    """A compiled query: ``where`` is a condition on the ``messages`` row ``m``;
+    ``notes`` say, term by term, what is read and what is approximated."""
+
+    where: str
+    notes: list[str] = field(default_factory=list)
+
+
+def compile_query(tree: Query) -> SearchPlan:
+    """Return the plan of ``tree``; a ``UsageError`` names a term the read model
+    cannot answer yet (``filename:``, ``has:attachment``)."""
+    compiler = _Compiler()
+    where = compiler.predicate(tree, "m")
+    return SearchPlan(where, list(dict.fromkeys(compiler.notes)))
+
+
+def _literal(text: str) -> str:
+    if "\x00" in text:
+        raise UsageError("a query value may not hold a NUL character")
+    return sql_string(text)
+
+
+def _instant(when: datetime) -> str:
+    return f"TIMESTAMPTZ '{when.astimezone(UTC).isoformat(sep=' ')}'"
+
+
+class _Compiler:
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.aliases = 0
+
+    def _alias(self) -> str:
+        self.aliases += 1
+        return f"m{self.aliases}"
+
+    def predicate(self, node: Query, m: str) -> str:
+        if isinstance(node, And | Or):
+            joiner = " AND " if isinstance(node, And) else " OR "
+            return "(" + joiner.join(self.predicate(c, m) for c in node.children) + ")"
+        if isinstance(node, Not):
+            return f"(NOT {self.predicate(node.child, m)})"
+        if isinstance(node, All):
+            return "true"
+        if isinstance(node, ThreadOf):
+            inner = self._alias()
+            self.notes.append("thread:{…}: the matches' threads read from thread_nodes")
+            matches = f"SELECT {inner}.message_id FROM messages {inner}"
+            matches += f" WHERE {self.predicate(node.query, inner)}"
+            return self._threads_of(m, matches)
+        # each conjunct coalesced on its own: a coalesce around a whole AND keeps
+        # DuckDB from filtering on its cheap part first (subject:budget, 100,000
+        # messages: 150 ms -> 69 ms median)
+        term = self._term(node, m)
+        parts = [f"coalesce({p}, false)" for p in ([term] if isinstance(term, str) else term)]
+        return parts[0] if len(parts) == 1 else "(" + " AND ".join(parts) + ")"
+
+    @staticmethod
+    def _threads_of(m: str, ids: str) -> str:
+        return (
+            f"{m}.message_id IN (SELECT message_id FROM thread_nodes WHERE thread_id IN"
+            f" (SELECT thread_id FROM thread_nodes WHERE message_id IN ({ids})))"
+        )
+
+    def _term(self, node: Query, m: str) -> str | list[str]:
+        """The condition of a term: one, or conjuncts that must all hold."""
+        if isinstance(node, Word | Phrase):
+            return self._words(node, m)
+        if isinstance(node, ExactSubject):
+            self.notes.append('subject:="…": messages.subject_key, exact')
+            return f"{m}.subject_key = {_literal(node.key)}"
+        if isinstance(node, Address):
+            return self._address(node, m)
+        if isinstance(node, MessageId):
+            self.notes.append("id: messages.message_id (its index)")
+            return f"{m}.message_id = {_literal(node.msgid)}"
+        if isinstance(node, Thread):
+            self.notes.append("thread:ID: the thread_nodes of the thread holding ID")
+            return self._threads_of(m, _literal(node.thread_id))
+        if isinstance(node, ListId):
+            self.notes.append("list: messages.list_id")
+            if node.prefix:
+                return f"starts_with({m}.list_id, {_literal(node.list_id)})"
+            return f"{m}.list_id = {_literal(node.list_id)}"
+        if isinstance(node, DateRange):
+            self.notes.append("date: messages.date_utc (an undated message matches no date)")
+            parts = []
+            if node.start is not None:
+                parts.append(f"{m}.date_utc >= {_instant(node.start)}")
+            if node.end is not None:
+                parts.append(f"{m}.date_utc < {_instant(node.end)}")
+            return parts or f"{m}.date_utc IS NOT NULL"
+        if isinstance(node, SizeRange):
+            self.notes.append("size: messages.size (the raw message, bytes)")
+            low = "" if node.low is None else f"{m}.size >= {node.low}"
+            high = "" if node.high is None else f"{m}.size <= {node.high}"
+            return [p for p in (low, high) if p] or "true"
+        if isinstance(node, Location | Is):
+            return self._location(node, m)
+        if isinstance(node, HasAttachment):
+            raise UsageError("has:attachment needs the full-text projection, not built yet")
+        raise TypeError(f"not a query node: {node!r}")
+
+    def _words(self, node: Word | Phrase, m: str) -> list[str]:
+        if node.field == "filename":
+            raise UsageError("filename: needs the full-text projection, not built yet")
+        if node.field in ("text", "body"):
+            self.notes.append(_SUBJECT_ONLY)
+        self.notes.append(
+            "words: the subject key (reply prefixes dropped), folded; a scan of messages"
+        )
+        raw = node.words if isinstance(node, Phrase) else (node.word,)
+        # words are runs of letters and digits, on both sides (``live-wire`` is
+        # the phrase "live wire"), as the full-text projection's tokenizer will cut them
+        words = [w for text in raw for w in _NOT_WORD.split(text) if w]
+        if not words:
+            raise UsageError(f"{' '.join(raw)!r} holds no letter or digit to search for")
+        pattern = _EDGE_BEFORE + _BETWEEN.join(re.escape(w) for w in words)
+        if not node.prefix:
+            pattern += _EDGE_AFTER
+        folded = _FOLDED_SUBJECT.format(m=m)
+        # the plain substring first: it discards most rows before the expression
+        # is matched (measured against a regexp_replace of every subject into
+        # space-separated words and a LIKE: that was 2.6 times slower beside from:)
+        return [
+            f"contains({folded}, {_literal(max(words, key=len))})",
+            f"regexp_matches({folded}, {_literal(pattern)})",
+        ]
+
+    def _address(self, node: Address, m: str) -> str:
+        if node.field == "from":
+            self.notes.append("from: messages.from_addr (addresses only, not display names)")
+            return self._address_match(node, f"{m}.from_addr")
+        self.notes.append(_TO_CC)
+        test = self._address_match(node, "a")
+        if node.part == "address" and not node.prefix:
+            return f"list_contains({m}.to_addrs, {_literal(node.value)})"
+        return f"len(list_filter({m}.to_addrs, lambda a: {test})) > 0"
+
+    @staticmethod
+    def _address_match(node: Address, a: str) -> str:
+        value = _literal(node.value)
+        domain = _DOMAIN.format(a=a)
+        if node.part == "address":
+            return f"starts_with({a}, {value})" if node.prefix else f"{a} = {value}"
+        if node.part == "local":
+            if node.prefix:
+                return f"starts_with({a}, {value})"
+            return f"starts_with({a}, {_literal(node.value + '@')})"
+        # a domain names itself and its subdomains: @example.org finds a@lists.example.org
+        if node.prefix:
+            on_domain = f"starts_with({domain}, {value})"
+        else:
+            on_domain = (
+                f"(ends_with({a}, {_literal('@' + node.value)})"
+                f" OR ends_with({domain}, {_literal('.' + node.value)}))"
+            )
+        if node.part == "domain":
+            return on_domain
+        local = _literal(node.value if node.prefix else node.value + "@")
+        return f"(starts_with({a}, {local}) OR {on_domain})"
+
+    def _location(self, node: Location | Is, m: str) -> str:
+        if isinstance(node, Is):
+            if node.state == "vanished":
+                self.notes.append("is:vanished: locations, gone from at least one place")
+                where = "SELECT message_id FROM locations WHERE vanished"
+            else:
+                self.notes.append("is:deleted: locations, gone from every place it was seen")
+                where = (
+                    "SELECT message_id FROM locations GROUP BY message_id HAVING bool_and(vanished)"
+                )
+            return f"{m}.message_id IN ({where})"
+        column = "folder" if node.field == "folder" else "source"
+        self.notes.append(
+            f"{node.field}: locations.{column}, every place the message was seen"
+            " (vanished from it since or not)"
+        )
+        name = _literal(node.name)
+        if node.prefix:
+            test = f"starts_with({column}, {name})"
+        elif column == "folder" and node.name.upper() == "INBOX":  # (IMAP: any case)
+            test = "upper(folder) = 'INBOX'"
+        else:
+            test = f"{column} = {name}"
+        return f"{m}.message_id IN (SELECT message_id FROM locations WHERE {test})"
