@@ -131,8 +131,8 @@ class BodyFetch:
             held = self.ingest.held([incoming_at(self.folder, self.state, e) for e in chunk])
             pending.append(
                 pool.submit(
-                    fetch_prepared, self.account, secret, self.folder, self.state.uidvalidity,
-                    uids, self.dates, self.ingest.blobs_root, held,
+                    fetch_prepared, type(self.src), self.account, secret, self.folder,
+                    self.state.uidvalidity, uids, self.dates, self.ingest.blobs_root, held,
                 )
             )  # fmt: skip
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing.util
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
@@ -110,7 +110,13 @@ _open: dict[tuple[str, str, int], ImapSource] = {}
 _finalizer: list[multiprocessing.util.Finalize] = []
 
 
-def _source(account: Account, secret: str, folder: str, uidvalidity: int) -> ImapSource:
+def _source(
+    make: Callable[[Account, str], ImapSource],
+    account: Account,
+    secret: str,
+    folder: str,
+    uidvalidity: int,
+) -> ImapSource:
     key = (account.name, folder, uidvalidity)
     src = _open.get(key)
     if src is not None and src.connected:
@@ -118,7 +124,7 @@ def _source(account: Account, secret: str, folder: str, uidvalidity: int) -> Ima
     _close_all()
     if not _finalizer:  # (a worker process ends by os._exit: atexit never runs)
         _finalizer.append(multiprocessing.util.Finalize(None, _close_all, exitpriority=10))
-    src = ImapSource(account, secret)
+    src = make(account, secret)
     reopen(src, folder, uidvalidity)
     _open[key] = src
     return src
@@ -131,6 +137,7 @@ def _close_all() -> None:
 
 
 def fetch_prepared(
+    make: Callable[[Account, str], ImapSource],
     account: Account,
     secret: str,
     folder: str,
@@ -140,11 +147,12 @@ def fetch_prepared(
     blobs_root: str,
     held: dict[int, frozenset[str]] | None,
 ) -> Fetched:
-    """In a worker: fetch the bodies of ``uids`` on this process's own connection,
-    then parse, compress and store them (``prepare``). ``held`` names, by position
-    in ``uids``, contents on record for a since deleted message at that place
+    """In a worker: fetch the bodies of ``uids`` on this process's own connection
+    (made by ``make``: the class the composition root chose for the sync), then
+    parse, compress and store them (``prepare``). ``held`` names, by position in
+    ``uids``, contents on record for a since deleted message at that place
     (returned encoded, not written: see ``Ingest._commit``)."""
-    src = _source(account, secret, folder, uidvalidity)
+    src = _source(make, account, secret, folder, uidvalidity)
     failed: list[int] = []
     bodies = fetch_bodies(src, folder, uidvalidity, uids, dates=dates, failed=failed)
     present = [i for i, uid in enumerate(uids) if uid in bodies]
