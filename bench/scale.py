@@ -44,8 +44,8 @@ from bench.sync_bench import (
     USER,
     Dovecot,
     Mailledger,
-    _measure,
-    _run,
+    measure_sync,
+    run_measured,
     compile_sources,
     seed_inbox,
 )
@@ -147,10 +147,10 @@ def _rows(sync_messages: int) -> list[Row]:
 
 def _tree(cmd: list[str], ok: tuple[int, ...] = (0,)) -> tuple[float, float, int, str]:
     """(wall s, peak RSS MiB of the process tree, exit code, what it printed) of one
-    run of ``cmd``, measured by ``bench.sync_bench._run``; the bench stops when the
+    run of ``cmd``, measured by ``bench.sync_bench.run_measured``; the bench stops when the
     exit code is not in ``ok``."""
     with tempfile.TemporaryFile() as out:
-        wall, rss, code = _run(cmd, stdout=out)
+        wall, rss, code = run_measured(cmd, stdout=out)
         out.seek(0)
         text = out.read().decode("utf-8", "replace")
     if code not in ok:
@@ -372,11 +372,11 @@ def _sync_figures(m: Size, dv: Dovecot, store: Path, work: Path, k: int) -> None
     try:
         empty.reset()
         into.reset()
-        first_empty = _measure(dv, empty)
-        first_into = _measure(dv, into)
+        first_empty = measure_sync(dv, empty)
+        first_into = measure_sync(dv, into)
         dv.save(USER, "INBOX", _new_message(str(m.n)))
-        one = _measure(dv, into)
-        idles = [_measure(dv, into) for _ in range(_REPEAT)]
+        one = measure_sync(dv, into)
+        idles = [measure_sync(dv, into) for _ in range(_REPEAT)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     runs = [first_empty, first_into, one, *idles]

@@ -32,10 +32,10 @@ __all__ = ["main"]
 USER = "fastmail"
 
 
-_PSS: list[float] = []  # peak PSS MiB of each _run, in order (see _run)
+_PSS: list[float] = []  # peak PSS MiB of each run_measured, in order (see run_measured)
 
 
-def _run(
+def run_measured(
     cmd: list[str],
     env: dict[str, str] | None = None,
     stdout: int | IO[bytes] = subprocess.DEVNULL,
@@ -138,7 +138,7 @@ class Mailledger(Peer):
             str(cfg),
             *self.extra,
         ]
-        return _run(cmd, env)
+        return run_measured(cmd, env)
 
 
 class MailledgerOneProcess(Mailledger):
@@ -165,10 +165,10 @@ class Mbsync(Peer):
                 "Channel bench\nFar :bench-remote:\nNear :bench-local:\n"
                 f"Patterns {' '.join(self.folders)}\nCreate Near\nSync Pull\nSyncState *\n"
             )
-        return _run(["mbsync", "-c", str(rc), "-a", "-q"])
+        return run_measured(["mbsync", "-c", str(rc), "-a", "-q"])
 
 
-def _measure(dv: Dovecot, peer: Peer) -> dict[str, float]:
+def measure_sync(dv: Dovecot, peer: Peer) -> dict[str, float]:
     # the dirty pages of the run before (100+ MB, either peer's) are written out
     # first: the kernel's write-back is nobody's sync time
     os.sync()
@@ -240,10 +240,10 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(ns.runs):
             for peer in peers:
                 peer.reset()
-                runs[peer.name].append(_measure(dv, peer))
+                runs[peer.name].append(measure_sync(dv, peer))
         for peer in peers:
             mine = runs[peer.name]
-            idles = [_measure(dv, peer) for _ in range(ns.runs)]  # half a second each
+            idles = [measure_sync(dv, peer) for _ in range(ns.runs)]  # half a second each
             results[peer.name] = {
                 "initial": {k: statistics.median(x[k] for x in mine) for k in mine[0]},
                 "initial_walls": [x["wall_s"] for x in mine],
@@ -256,14 +256,14 @@ def main(argv: list[str] | None = None) -> int:
         dv.set_uidvalidity(USER, "INBOX", uv + 1000)
         dv.status(USER, "INBOX")  # Dovecot re-indexes now, not in the first peer's run
         for peer in peers:
-            results[peer.name]["uidvalidity_rescan"] = _measure(dv, peer)
+            results[peer.name]["uidvalidity_rescan"] = measure_sync(dv, peer)
         with dv.imap(USER) as c:
             c.select_folder("INBOX")
             c.move("1:*", "Moved")
         dv.status(USER, "Moved")
         dv.status(USER, "INBOX")
         for peer in peers:
-            results[peer.name]["moved_all"] = _measure(dv, peer)
+            results[peer.name]["moved_all"] = measure_sync(dv, peer)
     finally:
         dv.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -59,7 +59,7 @@ _blob_stores: dict[str, BlobStore] = {}
 _PENDING_BYTES = 16 << 20
 
 
-def _blobs_at(root: str) -> BlobStore:
+def blobs_at(root: str) -> BlobStore:
     """This process's writer for the blob store at ``root`` (kept across chunks for
     its index of the packs it has read; one store at a time)."""
     blobs = _blob_stores.get(root)
@@ -87,7 +87,7 @@ def prepare(
     # (no listing of the packs: whether a blob is stored is asked of the shared
     # index, whose cost does not grow with the number of packs; a listing per
     # chunk made an import's cost per message grow with the store)
-    blobs = _blobs_at(blobs_root)
+    blobs = blobs_at(blobs_root)
     out: list[Prepared] = []
     new: list[tuple[int, str, bytes]] = []  # (position in out, sha256, encoded blob)
     # messages parsed but not yet looked up: asked of the index together (one query,

@@ -34,6 +34,7 @@ __all__ = [
     "connect",
     "default_budget",
     "duckdb_share",
+    "fresh_instances",
     "parse_size",
     "release",
 ]  # fmt: skip
@@ -146,6 +147,29 @@ def _the_host() -> _Host:
             _host = _Host()
             _hosts.clear()
         return _host
+
+
+@contextlib.contextmanager
+def fresh_instances() -> Iterator[None]:
+    """Within: new DuckDB instances for this process, made with ``CONFIG`` as it is
+    then (a test's small memory limit), closed at the end; the process's own come
+    back after. The instances are process-wide on purpose: two instances holding
+    one file in one process are not kept apart by DuckDB's file lock."""
+    global _host
+    with _host_lock:
+        saved, saved_files = _host, dict(_hosts)
+        _host = None
+        _hosts.clear()
+    try:
+        yield
+    finally:
+        with _host_lock:
+            for host in [_host, *_hosts.values()]:
+                if host is not None:
+                    host.con.close()
+            _host = saved
+            _hosts.clear()
+            _hosts.update(saved_files)
 
 
 def _host_for(key: str) -> _Host:

@@ -94,7 +94,7 @@ def _b64(data: bytes) -> bytes:
     return base64.b64encode(data)
 
 
-_DATES = [
+DATES = [
     b"Thu, 01 Jan 1970 00:00:00 +0000",
     b"Wed, 31 Dec 1969 23:59:59 -0000",
     b"Mon, 01 Jan 1900 00:00:00 +0000",
@@ -126,7 +126,7 @@ _DATES = [
     b"Mon, 01 Jan 2026 10:00:00 +0000 (CET) (extra) Mon, 02 Jan 2027",
 ]
 
-_BAD_2047 = [
+BAD_2047 = [
     b"=?utf-8?x?abc?=",
     b"=?utf-8?q?abc",
     b"=?utf-8?b?!!!!?=",
@@ -144,7 +144,7 @@ _BAD_2047 = [
     b"=?utf-8?q?" + b"=E9" * 3000 + b"?=",
 ]
 
-_CHARSET_LIES = [
+CHARSET_LIES = [
     b"=?utf-8?q?caf=E9?=",
     b"=?iso-8859-1?b?" + _b64("caf\u00e9 \u2603".encode()) + b"?=",
     b"=?utf-7?q?+2ADYAA-?=",
@@ -177,7 +177,7 @@ _RAW_8BIT = [
     b"\xef\xbb\xbfbom",
 ]
 
-_ADDRESSES = [
+ADDRESSES = [
     b"(" * 5000 + b"a@b.example",
     b'"unbalanced <a@b.example>',
     b"undisclosed-recipients:;",
@@ -280,7 +280,7 @@ def m_8bit(st: _State, h: Header, body: bytes) -> bytes:
 
 def m_charset(st: _State, h: Header, body: bytes) -> bytes:
     rng = st.rng
-    word = rng.choice(_CHARSET_LIES)
+    word = rng.choice(CHARSET_LIES)
     _set(
         h,
         rng.choice([b"Subject", b"From", b"To", b"Cc", b"X-Word"]),
@@ -309,14 +309,14 @@ def m_bad_2047(st: _State, h: Header, body: bytes) -> bytes:
     rng = st.rng
     for _ in range(rng.randint(1, 2)):
         name = rng.choice([b"Subject", b"From", b"To", b"List-Id", b"Message-ID", b"Date"])
-        _set(h, name, rng.choice(_BAD_2047))
+        _set(h, name, rng.choice(BAD_2047))
     return body
 
 
 def m_bad_date(st: _State, h: Header, body: bytes) -> bytes:
     rng = st.rng
     if rng.random() < 0.6:
-        value = rng.choice(_DATES)
+        value = rng.choice(DATES)
     else:
         year = rng.choice([-1, 0, 1, 99, 100, 1000, 1601, 1899, 1900, 1969, 1970, 2038, 9999,
                            10000, 99999])  # fmt: skip
@@ -332,7 +332,7 @@ def m_bad_date(st: _State, h: Header, body: bytes) -> bytes:
         )
     _set(h, b"Date", value)
     if rng.random() < 0.2:
-        h.append((b"Date", rng.choice(_DATES)))
+        h.append((b"Date", rng.choice(DATES)))
     return body
 
 
@@ -388,7 +388,7 @@ def m_structure(st: _State, h: Header, body: bytes) -> bytes:
 def m_address(st: _State, h: Header, body: bytes) -> bytes:
     rng = st.rng
     for name in rng.sample([b"From", b"To", b"Cc", b"Reply-To"], rng.randint(1, 2)):
-        _set(h, name, rng.choice(_ADDRESSES))
+        _set(h, name, rng.choice(ADDRESSES))
     return body
 
 
@@ -509,7 +509,7 @@ _DAY = re.compile(r"\d{4}-\d\d-\d\d\Z", re.ASCII)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def _expected_entries(p: Any) -> set[tuple[str, str]]:
+def expected_entries(p: Any) -> set[tuple[str, str]]:
     """The (header, value) index entries a parsed message gives (the fold's rules)."""
     from projections.normalize import date_key, normalize_subject
 
@@ -529,7 +529,7 @@ def _expected_entries(p: Any) -> set[tuple[str, str]]:
     return out
 
 
-def _shape(header: str, value: str) -> str | None:
+def shape(header: str, value: str) -> str | None:
     """Why an index value could not be one the parser produces, or None."""
     if header in ("from", "to"):
         if value.count("@") < 1 or any(c.isspace() for c in value) or _CONTROL.search(value):
@@ -556,7 +556,7 @@ def index_problems(store: Any, *, limit: int = 30) -> tuple[list[str], int]:
     entries: dict[str, set[tuple[str, str]]] = {}
     for r in store.query("SELECT header, value, message_id FROM header_index").to_pylist():
         entries.setdefault(r["message_id"], set()).add((r["header"], r["value"]))
-        why = _shape(r["header"], r["value"])
+        why = shape(r["header"], r["value"])
         if why:
             problems.append(f"{r['header']} {r['value'][:80]!r} of <{r['message_id'][:80]}>: {why}")
     rows = store.query("SELECT message_id, sha256 FROM messages").to_pylist()
@@ -567,7 +567,7 @@ def index_problems(store: Any, *, limit: int = 30) -> tuple[list[str], int]:
         p = parse_message(store.blobs.get(r["sha256"]))
         if p.message_id != mid:
             problems.append(f"<{mid[:80]}>: its bytes parse to <{p.message_id[:80]}>")
-        want = _expected_entries(p)
+        want = expected_entries(p)
         have = entries.get(mid, set())
         if want != have:
             extra = sorted(have - want)[:2]

@@ -284,9 +284,9 @@ class Ingest:
         self._commit(chunks, known, extra)
         self.store.catch_up()
         if self._unwanted:
-            self._drop_unwanted()
+            self.drop_unwanted()
 
-    def _drop_unwanted(self) -> None:
+    def drop_unwanted(self) -> None:
         """Erase the blobs workers wrote for messages deleted after ``_deleted`` was
         read (see the class docstring), unless a stored message holds them now."""
         unwanted, self._unwanted = sorted(self._unwanted), set()

@@ -52,7 +52,7 @@ class PackIndex:
         """Whether there is an index to read (none before the first pack)."""
         return (self._con is not None and self._pid == os.getpid()) or self.path.exists()
 
-    def _open(self) -> sqlite3.Connection:
+    def connection(self) -> sqlite3.Connection:
         if self._con is not None and self._pid == os.getpid():
             return self._con
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -85,7 +85,7 @@ class PackIndex:
             return []
         with self._lock:
             rows = (
-                self._open()
+                self.connection()
                 .execute(
                     "SELECT p.name, b.off, b.len FROM blobs b JOIN packs p ON p.id = b.pack"
                     " WHERE b.sha = ? ORDER BY p.name",
@@ -102,7 +102,7 @@ class PackIndex:
         keys = [bytes.fromhex(sha) for sha in shas]
         found: set[str] = set()
         with self._lock:
-            con = self._open()
+            con = self.connection()
             for at in range(0, len(keys), _SQL_VARS):
                 part = keys[at : at + _SQL_VARS]
                 marks = ",".join("?" * len(part))
@@ -116,7 +116,7 @@ class PackIndex:
             return {}
         with self._lock:
             rows = (
-                self._open()
+                self.connection()
                 .execute("SELECT name, damage FROM packs WHERE damage IS NOT NULL")
                 .fetchall()
             )
@@ -127,20 +127,20 @@ class PackIndex:
         if not self._exists():
             return False
         with self._lock:
-            row = self._open().execute("SELECT 1 FROM packs WHERE name = ?", [name]).fetchone()
+            row = self.connection().execute("SELECT 1 FROM packs WHERE name = ?", [name]).fetchone()
         return row is not None
 
     def names(self) -> set[str]:
         if not self._exists():
             return set()
         with self._lock:
-            return {r[0] for r in self._open().execute("SELECT name FROM packs")}
+            return {r[0] for r in self.connection().execute("SELECT name FROM packs")}
 
     def shas(self) -> list[str]:
         if not self._exists():
             return []
         with self._lock:
-            return [r[0].hex() for r in self._open().execute("SELECT DISTINCT sha FROM blobs")]
+            return [r[0].hex() for r in self.connection().execute("SELECT DISTINCT sha FROM blobs")]
 
     def totals(self) -> tuple[int, int]:
         """(blobs, bytes) of the packs listed (a blob two packs hold counts twice:
@@ -149,7 +149,7 @@ class PackIndex:
             return 0, 0
         with self._lock:
             blobs, size = (
-                self._open()
+                self.connection()
                 .execute("SELECT coalesce(sum(blobs), 0), coalesce(sum(bytes), 0) FROM packs")
                 .fetchone()
             )
@@ -165,7 +165,7 @@ class PackIndex:
         """List pack ``name`` (``size`` bytes) and its ``entries``; ``damage``: what
         is wrong with it (its entries then come from a scan of its records)."""
         with self._lock:
-            con = self._open()
+            con = self.connection()
             with _transaction(con, self.path):
                 con.execute(
                     "INSERT OR IGNORE INTO packs (name, blobs, bytes, damage) VALUES (?, ?, ?, ?)",
@@ -181,7 +181,7 @@ class PackIndex:
         if not self._exists():
             return
         with self._lock:
-            con = self._open()
+            con = self.connection()
             with _transaction(con):
                 con.execute(
                     "DELETE FROM blobs WHERE pack IN (SELECT id FROM packs WHERE name = ?)", [name]

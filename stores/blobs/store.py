@@ -33,8 +33,8 @@ class BlobStore:
         self._dirty = False
         self._packs = self.root / _PACKS
         self._packs_s = str(self._packs)
-        self._where = PackIndex(self.root / _PACK_INDEX)  # sha256 -> where packs hold it
-        self._pack_names: set[str] = set()  # the packs ``_where`` lists, as last seen
+        self.index = PackIndex(self.root / _PACK_INDEX)  # sha256 -> where packs hold it
+        self._pack_names: set[str] = set()  # the packs ``index`` lists, as last seen
         self._packs_seen: tuple[int, int] | None = None  # the directory's (mtime, size)
         self.damaged: dict[str, str] = {}  # pack name -> what is wrong with it
 
@@ -63,7 +63,7 @@ class BlobStore:
         wanted = set(shas)
         if not wanted:
             return set()
-        found = self._where.present(wanted)
+        found = self.index.present(wanted)
         rest = wanted - found
         if rest:
             try:
@@ -78,9 +78,9 @@ class BlobStore:
     # -- packs ------------------------------------------------------------------
     def _locate(self, sha: str) -> list[Location]:
         """Where packs hold ``sha`` (the directory is re-read when it changed)."""
-        where = self._where.lookup(sha)
+        where = self.index.lookup(sha)
         if not where and self.refresh():
-            where = self._where.lookup(sha)
+            where = self.index.lookup(sha)
         return where
 
     def refresh(self) -> bool:
@@ -102,9 +102,9 @@ class BlobStore:
             # only the packs new since the last look are asked about (the index is
             # shared: most were listed by the process that wrote them)
             unseen = names - self._pack_names
-            indexed = (names & self._pack_names) | {n for n in unseen if self._where.has(n)}
+            indexed = (names & self._pack_names) | {n for n in unseen if self.index.has(n)}
         else:
-            indexed = self._where.names()
+            indexed = self.index.names()
             for gone in indexed - names:
                 self._forget(gone)
         for name in sorted(names - indexed):
@@ -113,12 +113,12 @@ class BlobStore:
             except FileNotFoundError:  # removed since the listing (a purge rewrote it)
                 names.discard(name)
                 continue
-            self._where.add(name, entries, fs.size_of(self._packs / name), self.damaged.get(name))
+            self.index.add(name, entries, fs.size_of(self._packs / name), self.damaged.get(name))
         self._pack_names = names
         return True
 
     def _forget(self, name: str) -> None:
-        self._where.remove(name)
+        self.index.remove(name)
         self.damaged.pop(name, None)
 
     def check_packs(self) -> None:
@@ -174,7 +174,7 @@ class BlobStore:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise OSError(exc.errno, f"cannot write blobs: {exc.strerror}", final) from exc
-        self._where.add(name, entries, sum(map(len, parts)))
+        self.index.add(name, entries, sum(map(len, parts)))
         self._pack_names.add(name)
         self._dirty = True
         return name
@@ -267,7 +267,7 @@ class BlobStore:
                         blob = None
                         self._forget(name)
                         entries = self._read_index(name)
-                        self._where.add(name, entries, fs.size_of(where), self.damaged.get(name))
+                        self.index.add(name, entries, fs.size_of(where), self.damaged.get(name))
                         continue
                     break
                 except FileNotFoundError:  # rewritten by a purge since: look again
@@ -277,7 +277,7 @@ class BlobStore:
                         raise NotFoundError(f"blob {sha}: {where} is gone") from None
         if blob is None:
             # (a pack another process found damaged is named too: the index keeps it)
-            damaged = "; ".join(sorted({**self._where.damaged(), **self.damaged}.values()))
+            damaged = "; ".join(sorted({**self.index.damaged(), **self.damaged}.values()))
             more = f" (damaged packs: {damaged})" if damaged else ""
             raise NotFoundError(f"blob {sha} is not in {self.root}{more}")
         data = decode_blob(sha, blob, where)
@@ -303,7 +303,7 @@ class BlobStore:
             except FileNotFoundError:
                 pass
         self.refresh()
-        packs = {w[0] for sha in wanted for w in self._where.lookup(sha)}
+        packs = {w[0] for sha in wanted for w in self.index.lookup(sha)}
         for name in sorted(packs):
             entries = self._read_index(name)
             keep = [(sha, off, n) for sha, off, n in entries if sha not in wanted]
@@ -324,7 +324,7 @@ class BlobStore:
         if not self.root.exists():
             return
         self.refresh()
-        found = set(self._where.shas())
+        found = set(self.index.shas())
         for sub in self.root.iterdir():
             if sub.is_dir() and len(sub.name) == 2:
                 found.update(f.name for f in sub.iterdir() if len(f.name) == 64)
@@ -343,14 +343,14 @@ class BlobStore:
             for f in sub.iterdir()
             if len(f.name) == 64
         )
-        return self._where.totals()[0] + loose
+        return self.index.totals()[0] + loose
 
     def stored_bytes(self) -> int:
         """Bytes the blobs take on disk (compressed, headers and pack indexes included)."""
         if not self.root.exists():
             return 0
         self.refresh()
-        total = self._where.totals()[1]  # the packs (their sizes listed: no stat of each)
+        total = self.index.totals()[1]  # the packs (their sizes listed: no stat of each)
         for sub in self.root.iterdir():
             if sub.is_dir() and len(sub.name) == 2:
                 total += sum(f.stat().st_size for f in sub.iterdir() if f.is_file())
@@ -358,7 +358,7 @@ class BlobStore:
 
     def close(self) -> None:
         """Close the blob index's file (it opens again when next needed)."""
-        self._where.close()
+        self.index.close()
 
     def clean_tmp(self) -> None:
         """Remove temporary files a crashed writer left behind.

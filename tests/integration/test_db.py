@@ -125,11 +125,10 @@ def test_the_file_is_held_again_after_a_query_spilled_to_disk(
 ) -> None:
     """DuckDB refuses to set its spill directory again once a query has used it (even
     to the same path): each hold used to set it, so the next hold failed."""
-    monkeypatch.setattr(db, "_host", None)  # a fresh instance with a small memory limit
     monkeypatch.setitem(db.CONFIG, "memory_limit", "32MB")
     path = tmp_path / "p.duckdb"
-    _new_db(path)
-    try:
+    with db.fresh_instances():  # (made with the small memory limit)
+        _new_db(path)
         con = db.connect(path, read_only=False)
         con.execute(
             "CREATE TEMP TABLE big AS SELECT range::VARCHAR || repeat('x', 60) AS s"
@@ -141,11 +140,6 @@ def test_the_file_is_held_again_after_a_query_spilled_to_disk(
         again = db.connect(path, read_only=True)
         assert again.execute("SELECT sum(x) FROM t").fetchall() == [(1,)]
         db.release(again)
-    finally:
-        host = db._host
-        monkeypatch.setattr(db, "_host", None)
-        if host is not None:
-            host.con.close()
 
 
 def test_a_second_file_is_held_after_the_first_one_spilled_to_disk(
@@ -155,14 +149,12 @@ def test_a_second_file_is_held_after_the_first_one_spilled_to_disk(
     import, then its IMAP slice): spill files go beside each file, and DuckDB
     refuses to move its spill directory once a query has used it. Holding the
     second file used to fail with "Cannot switch temporary directory"."""
-    monkeypatch.setattr(db, "_host", None)  # a fresh instance with a small memory limit
-    monkeypatch.setattr(db, "_hosts", {}, raising=False)
     monkeypatch.setitem(db.CONFIG, "memory_limit", "32MB")
     first, second = tmp_path / "a" / "p.duckdb", tmp_path / "b" / "p.duckdb"
-    for path in (first, second):
-        path.parent.mkdir()
-        _new_db(path)
-    try:
+    with db.fresh_instances():  # (made with the small memory limit)
+        for path in (first, second):
+            path.parent.mkdir()
+            _new_db(path)
         con = db.connect(first, read_only=False)
         con.execute(
             "CREATE TEMP TABLE big AS SELECT range::VARCHAR || repeat('x', 60) AS s"
@@ -177,8 +169,3 @@ def test_a_second_file_is_held_after_the_first_one_spilled_to_disk(
         again = db.connect(first, read_only=True)  # (the first file's own instance again)
         assert again.execute("SELECT sum(x) FROM t").fetchall() == [(1,)]
         db.release(again)
-    finally:
-        for host in [db._host, *getattr(db, "_hosts", {}).values()]:
-            if host is not None:
-                host.con.close()
-        monkeypatch.setattr(db, "_host", None)

@@ -131,7 +131,7 @@ def test_a_reimport_after_delete_and_purge_does_not_bring_the_erased_blob_back(
     tmp_path: Path, workers: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # no worker writes it in the first place (the safety net at flush is not needed)
-    monkeypatch.setattr(Ingest, "_drop_unwanted", _no_blob_to_take_back)
+    monkeypatch.setattr(Ingest, "drop_unwanted", _no_blob_to_take_back)
     root = _erasable(tmp_path)
     with _open(tmp_path / "store") as st:
         import_maildir(st, root, workers=workers)
@@ -305,7 +305,7 @@ def test_prepare_asks_the_blob_index_once_for_a_chunk_not_once_a_message(tmp_pat
     blobs.create()
     raws = [_msg(f"m{i}@x", f"s{i}") for i in range(50)]
     prepare(raws[:1], str(blobs.root))  # the index exists now, holding the first
-    index = prepare_mod._blobs_at(str(blobs.root))._where._open()
+    index = prepare_mod.blobs_at(str(blobs.root)).index.connection()
     asked: list[str] = []
     index.set_trace_callback(lambda sql: asked.append(sql) if "WHERE sha" in sql else None)
     try:

@@ -20,22 +20,22 @@ from hypothesis import strategies as st
 from pipeline.parse import parse_message
 from pipeline.store import MessageStore
 from torture.hostile import (
-    _ADDRESSES,
-    _BAD_2047,
-    _CHARSET_LIES,
-    _DATES,
+    ADDRESSES,
+    BAD_2047,
+    CHARSET_LIES,
+    DATES,
     MUTATORS,
     QUICK_TRIALS,
     SEED,
     Figures,
-    _expected_entries,
-    _shape,
+    expected_entries,
+    shape,
     generate,
     run_imap_slice,
     run_import,
 )
 
-_HOSTILE_VALUES = [*_ADDRESSES, *_BAD_2047, *_CHARSET_LIES, *_DATES]
+_HOSTILE_VALUES = [*ADDRESSES, *BAD_2047, *CHARSET_LIES, *DATES]
 _NAMES = ["From", "To", "Cc", "Subject", "Date", "Message-ID", "In-Reply-To", "References",
           "List-Id", "Content-Type", "X-Junk"]  # fmt: skip
 
@@ -98,8 +98,8 @@ def test_add_stores_any_bytes_and_indexes_only_what_the_parser_gives(
     ).to_pylist()
     entries = _entries_of(shared_store, mid)
     if row["sha256"] == parsed.sha256:  # (an id seen before keeps its first record)
-        assert entries == _expected_entries(parsed)
-    assert [(h, v) for h, v in entries if _shape(h, v)] == []
+        assert entries == expected_entries(parsed)
+    assert [(h, v) for h, v in entries if shape(h, v)] == []
     assert not any(c in mid for c in "<> \t\r\n\x00")
 
 
