@@ -44,9 +44,9 @@ from bench.sync_bench import (
     USER,
     Dovecot,
     Mailledger,
+    compile_sources,
     measure_sync,
     run_measured,
-    compile_sources,
     seed_inbox,
 )
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +41,15 @@ def write(root: Path, seq: int, folders: list[dict[str, Any]], counts: dict[str,
     (``projections.queries.counts``) as the projections hold them at ``seq``.
 
     Not fsynced: a snapshot lost in a crash (or left from before it: made at
-    another seq) is only not used."""
+    another seq) is only not used. It names the store's place: a store moved since
+    is opened (its open points the ``events`` view kept in the projections at the
+    new place, for stock DuckDB) before its snapshot is used again."""
     doc = {
         "format": _FORMAT,
         "version": _VERSION,
         "projection_version": PROJECTION_VERSION,
         "seq": seq,
+        "root": os.path.realpath(root),
         "folders": folders,
         "counts": counts,
     }
@@ -90,6 +94,7 @@ def _load(root: Path, seq: int) -> dict[str, Any] | None:
         or doc.get("version") != _VERSION
         or doc.get("projection_version") != PROJECTION_VERSION
         or doc.get("seq") != seq
+        or doc.get("root") != os.path.realpath(root)
     ):
         return None
     return doc

@@ -72,3 +72,19 @@ def main_replay(root: Path) -> int:
     from pipeline.cli import main
 
     return main(["--store", str(root), "replay"], env={})
+
+
+def test_a_moved_store_is_opened_before_its_snapshot_is_used_again(tmp_path: Path) -> None:
+    """The open points the events view kept in the projections at the store's new
+    place (stock DuckDB reads the log through it): read at rest, a moved store
+    would keep the old place until its next fold."""
+    root = tmp_path / "store"
+    with MessageStore.open(root) as s:
+        s.add("u1", _msg(1), folder="INBOX")
+        s.add("u2", _msg(2), folder="INBOX")
+    assert quick_stats(root) is not None
+    moved = tmp_path / "moved"
+    root.rename(moved)
+    assert quick_stats(moved) is None
+    stats, heavy = _stats_cli(moved)
+    assert heavy and stats["messages"] == 2

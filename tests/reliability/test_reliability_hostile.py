@@ -29,10 +29,10 @@ from torture.hostile import (
     SEED,
     Figures,
     expected_entries,
-    shape,
     generate,
     run_imap_slice,
     run_import,
+    shape,
 )
 
 _HOSTILE_VALUES = [*ADDRESSES, *BAD_2047, *CHARSET_LIES, *DATES]
