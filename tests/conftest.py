@@ -37,7 +37,7 @@ def store(tmp_path: Path, clock: StepClock) -> Iterator[MessageStore]:
     s.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def notmuch_corpus() -> Path:
     path = CORPORA / "notmuch"
     if not path.is_dir():

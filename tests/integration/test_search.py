@@ -19,7 +19,7 @@ from pipeline.store import MessageStore
 from projections.queries import compile_query
 from projections.search import parse
 from stores.errors import UsageError
-from tests.conftest import CORPORA, StepClock
+from tests.conftest import StepClock
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "fixtures"
@@ -45,10 +45,10 @@ def fixtures_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Message
 
 
 @pytest.fixture(scope="module")
-def notmuch_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MessageStore]:
-    corpus = CORPORA / "notmuch"
-    if not corpus.is_dir():
-        pytest.skip(f"corpus folder absent: {corpus} (CI always has it)")
+def notmuch_store(
+    tmp_path_factory: pytest.TempPathFactory, notmuch_corpus: Path
+) -> Iterator[MessageStore]:
+    corpus = notmuch_corpus
     root = tmp_path_factory.mktemp("notmuch") / "store"
     with MessageStore.open(root, clock=StepClock(), run_id="test-run") as store:
         import_maildir(store, corpus)
