@@ -37,7 +37,7 @@ from projections.fold.bulk import REBUILD_PHASES, rebuild
 from projections.fold.headers import KEY_SEP, key_hash
 from projections.fold.incremental import apply, apply_chunks
 from projections.fold.locations import location_key
-from projections.fold.messages import date_columns, subject_keys
+from projections.fold.messages import date_columns, kept_defect_counts, subject_keys
 from projections.fold.meta import (
     applied_seq,
     hash_matches,
@@ -58,6 +58,7 @@ __all__ = [
     "date_columns",
     "hash_matches",
     "hash_probe",
+    "kept_defect_counts",
     "key_hash",
     "location_key",
     "meta_values",

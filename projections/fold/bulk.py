@@ -23,7 +23,13 @@ from projections.fold.batch import FOLD_SCHEMA, SEEN, STAGE, STREAM_ROWS, batch_
 from projections.fold.cursors import CURSOR_EVENTS, fold_cursors
 from projections.fold.headers import INSERT_ENTRIES, entries
 from projections.fold.locations import LOCATION_EVENTS, fold_locations
-from projections.fold.messages import DECIDE, NEW_ROWS, NONE_EXISTING, derived_columns
+from projections.fold.messages import (
+    DECIDE,
+    NEW_ROWS,
+    NONE_EXISTING,
+    count_defects,
+    derived_columns,
+)
 from projections.fold.meta import fresh_probe, set_meta
 from projections.fold.threads import BULK_EDGES, bulk_components, count_threads
 from projections.tables import (
@@ -144,6 +150,7 @@ def rebuild(
     set_meta(con, "applied_seq", last)
     with _timed("counting threads"):
         count_threads(con)
+        count_defects(con)
     tell(3, REBUILD_PHASES[2])
     with _timed("checkpoint"):
         con.execute("CHECKPOINT")  # (the tables written out: the indexes get the memory)

@@ -12,18 +12,22 @@ import pyarrow as pa
 
 from projections.fold.batch import DELETED, SEEN, pc
 from projections.fold.headers import INSERT_ENTRIES, delete_entries, entries
+from projections.fold.meta import add_meta, meta_value, set_meta
 from projections.fold.probes import delete_where_in, probed, register_table, values_of
 from projections.fold.threads import EDGES, refresh_threads
 from projections.normalize import normalize_subject
 
 __all__ = [
     "DECIDE",
+    "DEFECT_COUNTS",
     "MESSAGE_EVENTS",
     "NEW_ROWS",
     "NONE_EXISTING",
+    "count_defects",
     "date_columns",
     "derived_columns",
     "fold_messages",
+    "kept_defect_counts",
     "subject_keys",
 ]
 
@@ -52,6 +56,29 @@ FROM g LEFT JOIN w USING (message_id)
 
 
 NONE_EXISTING = "SELECT NULL::VARCHAR WHERE false"
+
+# The ``meta`` counts ``stats`` prints of the message rows, with what each counts:
+# kept by the folds (the rows written less those removed), so that a fold's
+# cost, and ``stats``, never scan the whole table for them.
+DEFECT_COUNTS = {"malformed": "len(defects) > 0", "synthetic_ids": "synthetic_id"}
+
+
+def _defect_counts(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, int]:
+    """``DEFECT_COUNTS`` of the rows of ``table``."""
+    cols = ", ".join(f"count(*) FILTER (WHERE {where})" for where in DEFECT_COUNTS.values())
+    row = con.execute(f"SELECT {cols} FROM {table}").fetchall()[0]
+    return {key: int(n) for key, n in zip(DEFECT_COUNTS, row, strict=True)}
+
+
+def kept_defect_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """``DEFECT_COUNTS`` as the folds keep them in ``meta``."""
+    return {key: meta_value(con, key) or 0 for key in DEFECT_COUNTS}
+
+
+def count_defects(con: duckdb.DuckDBPyConnection) -> None:
+    """``meta``'s ``DEFECT_COUNTS`` of the whole table (what folds then keep up)."""
+    for key, n in _defect_counts(con, "messages").items():
+        set_meta(con, key, n)
 
 
 _MESSAGE_COLUMNS = (
@@ -140,6 +167,8 @@ def fold_messages(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(f"DROP TABLE {name}")
         return
     if removed:
+        for key, n in _defect_counts(con, "_removed").items():
+            add_meta(con, key, -n)
         gone = "SELECT message_id FROM _removed"
         delete_where_in(con, "messages", "message_id", removed, gone)
         # (no index on child: a delete reads the edges; a fetch never does)
@@ -153,6 +182,8 @@ def fold_messages(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"CREATE OR REPLACE TEMP TABLE _new AS {NEW_ROWS}")
     con.unregister("_derived")
     con.execute("INSERT INTO messages BY NAME SELECT * FROM _new")
+    for key, n in _defect_counts(con, "_new").items():
+        add_meta(con, key, n)
     con.execute(INSERT_ENTRIES.format(src=f"({entries('_new')})"))
     con.execute("INSERT INTO thread_edges " + EDGES)
     affected = (

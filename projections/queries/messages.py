@@ -9,7 +9,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from projections.fold import key_hash, thread_counts
+from projections.fold import kept_defect_counts, key_hash, thread_counts
 from projections.lookup import INDEX_KEYS_MAX, rows_where_in
 from projections.normalize import index_value, normalize_header_name, normalize_msgid
 from stores.errors import NotFoundError, UsageError
@@ -296,14 +296,14 @@ def counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     def one(sql: str) -> int:
         return int(con.execute(sql).fetchall()[0][0])
 
-    threads, ghosts = thread_counts(con)  # (kept by the folds: no scan of the graph)
+    # (kept by the folds: no scan of the graph or of the messages' columns)
+    threads, ghosts = thread_counts(con)
     return {
         "messages": one("SELECT count(*) FROM messages"),
         "threads": threads,
         "ghosts": ghosts,
         "locations": one("SELECT count(*) FROM locations"),
-        "malformed": one("SELECT count(*) FROM messages WHERE len(defects) > 0"),
-        "synthetic_ids": one("SELECT count(*) FROM messages WHERE synthetic_id"),
+        **kept_defect_counts(con),
     }
 
 

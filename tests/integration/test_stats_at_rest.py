@@ -88,3 +88,30 @@ def test_a_moved_store_is_opened_before_its_snapshot_is_used_again(tmp_path: Pat
     assert quick_stats(moved) is None
     stats, heavy = _stats_cli(moved)
     assert heavy and stats["messages"] == 2
+
+
+def test_the_folds_keep_the_defect_counts_a_scan_gives(tmp_path: Path) -> None:
+    """``malformed`` and ``synthetic_ids`` are counters the folds keep (the rows
+    written less those removed), not scans of the messages table at every fold:
+    after adds and deletes of such messages they equal what a scan counts, and
+    what a replay counts."""
+    root = tmp_path / "store"
+    scan = (
+        "SELECT count(*) FILTER (WHERE len(defects) > 0) AS malformed,"
+        " count(*) FILTER (WHERE synthetic_id) AS synthetic_ids FROM messages"
+    )
+    with MessageStore.open(root) as s:
+        for i in range(12):
+            s.add(f"u{i}", _msg(i, defect=i % 3 == 0), folder="INBOX")
+        s.delete("r3@rest.example")  # malformed, with an id
+        s.delete("r6@rest.example")
+        stats = s.stats()
+        scanned = s.query(scan).to_pylist()[0]
+        assert {k: stats[k] for k in scanned} == scanned
+        # (i = 0, 4, 8 have no Message-ID, itself a defect; 3 and 6 were deleted)
+        assert scanned == {"malformed": 4, "synthetic_ids": 3}
+        kept = s.query("SELECT key, value FROM meta WHERE key IN ('malformed', 'synthetic_ids')")
+        assert dict(zip(*kept.to_pydict().values(), strict=True)) == scanned
+        s.reindex()
+        counted = ("messages", "threads", "ghosts", "locations", "malformed", "synthetic_ids")
+        assert {k: s.stats()[k] for k in counted} == {k: stats[k] for k in counted}
