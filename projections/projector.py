@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from projections import snapshot
 from projections.fold import FOLD_SCHEMA, applied_seq, apply_chunks, hash_probe, meta_values
+from projections.fold.batch import DELETED
 from projections.queries import counts, run_sql, snapshot_folders
 from projections.rebuilds import RebuildFiles
 from projections.tables import PROJECTION_VERSION, create_query_views, events_source, events_sql
@@ -47,11 +48,39 @@ def _current(con: duckdb.DuckDBPyConnection, meta: dict[str, int] | None = None)
     return version_ok and meta.get("hash_probe") == hash_probe(con)
 
 
+class _Touched:
+    """The places (account, folder) that events of a fold name, and whether any
+    deletes a message (a held UID's record may be gone): what a fold may have
+    changed of the cursor snapshot's folders."""
+
+    def __init__(self) -> None:
+        self.places: set[tuple[str, str]] = set()
+        self.deletes = False
+
+    def watch(self, chunks: Iterable[pa.Table]) -> Iterator[pa.Table]:
+        """``chunks``, passed through, noting what each names."""
+        for chunk in chunks:
+            places = chunk.group_by(["source", "folder"]).aggregate([])
+            sources, folders = places.column("source"), places.column("folder")
+            self.places.update(zip(sources.to_pylist(), folders.to_pylist(), strict=True))
+            self.deletes = self.deletes or DELETED in chunk.column("type").unique().to_pylist()
+            yield chunk
+
+    def untouched(
+        self, before: dict[tuple[str, str], dict[str, Any]] | None
+    ) -> dict[tuple[str, str], dict[str, Any]] | None:
+        """The folders of the snapshot ``before`` that none of these events touched."""
+        if before is None or self.deletes:
+            return None
+        return {key: f for key, f in before.items() if key not in self.places}
+
+
 class Projector:
     """The projections of the store whose log is ``log``, in ``root/projections.duckdb``."""
 
     def __init__(self, root: Path, log: EventLog) -> None:
         self.log = log
+        self.root = root
         self.db_path = root / "projections.duckdb"
         self.files = RebuildFiles(root, self.db_path, log)
         self._con: duckdb.DuckDBPyConnection | None = None
@@ -305,8 +334,10 @@ class Projector:
                 chunks = itertools.chain(held, self.files.log_chunks(after=pending[-1][1]))
             else:
                 chunks = self.files.log_chunks(after=seq)
-            apply_chunks(con, chunks)  # one fold for all of them: its cost is mostly per call
-            self._write_snapshot(con)
+            touched = _Touched()
+            # one fold for all of them: its cost is mostly per call
+            apply_chunks(con, touched.watch(chunks))
+            self._write_snapshot(con, kept=touched.untouched(snapshot.read(self.root, seq)))
         self._folded = max(seq, last)
         if not self._views_ok:  # (the log's first events: the view reads them now)
             self._persist_views(con)
@@ -332,14 +363,17 @@ class Projector:
         self._persist_views(con, fresh=True)
         self._write_snapshot(con)
 
-    def _write_snapshot(self, con: duckdb.DuckDBPyConnection) -> None:
+    def _write_snapshot(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        kept: dict[tuple[str, str], dict[str, Any]] | None = None,
+    ) -> None:
         """Rewrite the cursor snapshot (``projections.snapshot``) from the
-        projections ``con`` holds: a few rows a synced folder, and the counts (at
-        1,000,000 messages two column scans: 5-10 ms)."""
+        projections ``con`` holds: the counts the folds keep, and each synced
+        folder's cursor and pool (``kept``: those of the snapshot before that no
+        folded event touched, carried over rather than probed again)."""
         try:
-            snapshot.write(
-                self.db_path.parent, applied_seq(con), snapshot_folders(con), counts(con)
-            )
+            snapshot.write(self.root, applied_seq(con), snapshot_folders(con, kept), counts(con))
         except Exception as exc:  # (disposable: a sync without it takes its full path;
             # never a committed fold reported as a failed one)
             with contextlib.suppress(OSError):

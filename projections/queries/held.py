@@ -58,17 +58,32 @@ def held_pool(
     }
 
 
-def snapshot_folders(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+def snapshot_folders(
+    con: duckdb.DuckDBPyConnection,
+    kept: dict[tuple[str, str], dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """Every synced folder's cursor and pool of held UIDs (``held_pool``, drawn by
-    a generator seeded with the folder and its cursor), as the snapshot keeps them."""
+    a generator seeded with the folder and its cursor), as the snapshot keeps them.
+
+    ``kept``: folders of the snapshot before, known untouched since (no event of
+    theirs folded in between): one whose cursor is unchanged keeps its pool, which
+    is the pool probing would draw again. A fold then probes only the folders it
+    touched, not every folder of the store."""
     cursors = con.execute(
         "SELECT account, folder, uidvalidity, last_uid, uidnext FROM cursors"
         " ORDER BY account, folder"
     ).fetchall()
     out = []
     for account, folder, uidvalidity, last_uid, uidnext in cursors:
+        before = (kept or {}).get((account, folder))
         pool: dict[int, Held] = {}
-        if last_uid and uidvalidity is not None:
+        if before is not None and (
+            before["uidvalidity"],
+            before["last_uid"],
+            before["uidnext"],
+        ) == (uidvalidity, last_uid, uidnext):
+            pool = {uid: (message_id, sha, size) for uid, message_id, sha, size in before["held"]}
+        elif last_uid and uidvalidity is not None:
             rng = random.Random(f"{account}/{folder}/{uidvalidity}/{last_uid}")
             pool = held_pool(con, account, folder, uidvalidity, last_uid, rng)
         out.append(

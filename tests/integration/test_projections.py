@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import os
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from pipeline.store import MessageStore
+from projections import snapshot
 from projections.fold import applied_seq, apply, apply_chunks, rebuild
 from projections.tables import TABLES, fingerprint
 from stores.events import (
@@ -808,3 +810,38 @@ def test_subject_keys_cached_per_distinct_value_match_normalize_subject(
 
     got = subject_keys(pa.array(subjects, pa.string()))
     assert got.to_pylist() == [normalize_subject(s) for s in subjects]
+
+
+def test_a_fold_carries_over_the_snapshot_pools_of_folders_it_did_not_touch(
+    tmp_path: Path,
+) -> None:
+    """The cursor snapshot is rewritten after every fold; the pools of held UIDs of
+    folders no folded event named are carried over, not probed again (a store of
+    hundreds of folders would otherwise probe each at every fold). A pool marked in
+    the file shows which were carried; a deletion has every pool drawn again."""
+    root = tmp_path / "s"
+    with open_store(root) as s:
+        s.commit([seen(f"a{u}", folder="A", uid=u) for u in range(1, 4)] + [moved("A", 7, None, 3)])
+        s.commit([seen(f"b{u}", folder="B", uid=u) for u in range(1, 4)] + [moved("B", 7, None, 3)])
+    path = root / snapshot.SNAPSHOT_NAME
+
+    def pools() -> dict[str, list[list[Any]]]:
+        return {f["folder"]: f["held"] for f in json.loads(path.read_text())["folders"]}
+
+    assert [u for u, *_ in pools()["A"]] == [1, 2, 3] and len(pools()["B"]) == 3
+    doc = json.loads(path.read_text())
+    for f in doc["folders"]:
+        f["held"] = [[u, "marked", sha, size] for u, _, sha, size in f["held"]]
+    path.write_text(json.dumps(doc))
+
+    with open_store(root) as s:
+        s.commit([seen("a4", folder="A", uid=4), moved("A", 7, 3, 4)])
+    after = pools()
+    assert {mid for _, mid, *_ in after["B"]} == {"marked"}  # carried over
+    assert {mid for _, mid, *_ in after["A"]} == {"a1", "a2", "a3", "a4"}  # drawn again
+
+    with open_store(root) as s:
+        s.commit([deleted("b2")])
+    after = pools()
+    assert {mid for _, mid, *_ in after["B"]} == {"b1", "b2", "b3"}  # (held: only the record went)
+    assert "marked" not in {mid for f in after.values() for _, mid, *_ in f}
