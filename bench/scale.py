@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.run import corpus, lookups
+from bench.search_bench import sample_rows, search_figures
 from bench.sync_bench import (
     USER,
     Dovecot,
@@ -123,6 +124,10 @@ def _rows(sync_messages: int) -> list[Row]:
         Row("walk_thread_fixed_ms", "  fit: fixed ms a call", "ms", "call"),
         Row("walk_thread_msg_us", "  fit: us a thread message", "us", "thread msg"),
         Row("raw_get_p50_ms", "API raw get p50 ms", "ms", "call", ("<=", 1.0)),
+        Row("search_structured_p50_ms", "API search structured p50 ms", "ms", "call", ("<=", 20.0)),
+        Row("search_words_p50_ms", "API search two words p50 ms", "ms", "call", ("<=", 50.0)),
+        Row("search_phrase_p50_ms", "API search phrase p50 ms", "ms", "call", ("<=", 100.0)),
+        Row("search_command_s", "`search` wall s", "s", "call", ("<=", 0.5)),
         Row("stats_s", "`stats` wall s", "s", "call", ("<=", 0.3)),
         Row("find_plain_s", "`find` top address wall s", "s", "hit"),
         Row("find_json_s", "`find --json` same wall s", "s", "hit"),
@@ -310,6 +315,23 @@ def _measure_size(n: int, ns: argparse.Namespace, dv: Dovecot | None) -> Size:
         f" {lk.find_from[0]:.2f}/{lk.find_from[1]:.2f}, walk_thread"
         f" {lk.walk_thread[0]:.2f}/{lk.walk_thread[1]:.2f}, raw get"
         f" {lk.raw_get[0]:.3f}/{lk.raw_get[1]:.3f}, one-shot find {lk.cold_find[0]:.1f}"
+    )
+
+    # 3b. search (bench.search_bench): the first size's sample of messages again
+    if ns.search_sample is None:
+        ns.search_sample = sample_rows(store, ns.seed, ns.search_samples)
+    sf = search_figures(store, ns.search_sample)
+    m.put("search_structured_p50_ms", sf.structured[0])
+    m.put("search_words_p50_ms", sf.two_words[0])
+    m.put("search_phrase_p50_ms", sf.phrase[0])
+    m.put("search_command_s", sf.command_s)
+    m.say(
+        f"search p50/p90 ms (limit 50; median rows returned): structured"
+        f" {sf.structured[0]:.1f}/{sf.structured[1]:.1f} ({len(sf.kinds['structured'])} queries,"
+        f" {sf.median_hits['structured']:.0f}), two words {sf.two_words[0]:.1f}/"
+        f"{sf.two_words[1]:.1f} ({sf.median_hits['two_words']:.0f}), phrase"
+        f" {sf.phrase[0]:.1f}/{sf.phrase[1]:.1f} ({sf.median_hits['phrase']:.0f});"
+        f" `search {sf.kinds['structured'][0]}` {sf.command_s:.2f} s"
     )
 
     # 4. whole commands, with interpreter start-up, as a user waits for them
@@ -556,6 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=Path("bench-data"), help="corpora and stores")
     ap.add_argument("--seed", type=int, default=1, help="of the corpus")
     ap.add_argument("--samples", type=int, default=1000, help="messages looked up (API p50s)")
+    ap.add_argument("--search-samples", type=int, default=100, help="messages queried by search")
     ap.add_argument("--sync-messages", type=int, default=10_000, help="first sync size")
     ap.add_argument(
         "--replay-args", default="", help='more arguments for replay, e.g. "--memory 1GiB"'
@@ -570,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-sync", action="store_true", help="no Dovecot: skip the sync figures")
     ns = ap.parse_args(argv)
     ns.sample = None  # (the first size's lookup sample, asked again at the others)
+    ns.search_sample = None  # (likewise for the search queries)
 
     ns.data.mkdir(parents=True, exist_ok=True)
     ns.data = ns.data.resolve()
