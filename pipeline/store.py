@@ -298,6 +298,12 @@ class MessageStore:
         one query over the projections (see ``queries.search_table``)."""
         return self.projector.read(queries.search_table, plan, output, sort, limit, offset)
 
+    def export_page(
+        self, plan: queries.SearchPlan, after: int, limit: int
+    ) -> list[tuple[int, str, str, int, str | None, int | None]]:
+        """A page of the matches of ``plan`` an export writes (see ``queries.export_page``)."""
+        return self.projector.read(queries.export_page, plan, after, limit)
+
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """Run SQL over the projections and the ``events`` view of the log."""
         return self.projector.query(sql, params)
