@@ -11,7 +11,7 @@ from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from pipeline.cli import output
-from pipeline.cli.common import open_store
+from pipeline.cli.common import add_as_of, as_of, open_store
 from pipeline.cli.exits import EXIT_ERROR, EXIT_OK
 from pipeline.cli.parsing import add_command
 from stores.errors import UsageError
@@ -91,10 +91,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     for note in plan.notes:
         if "not built yet" in note:
             log.warning("note: %s", note)
-    with open_store(args) as store:
-        table = store.search(
-            plan, args.output, sort=args.sort, limit=args.limit, offset=args.offset
-        )
+    with open_store(args) as store, as_of(args, store) as then:
+        table = then.search(plan, args.output, sort=args.sort, limit=args.limit, offset=args.offset)
     empty = (table.column(0)[0].as_py() == 0) if args.output == "count" else table.num_rows == 0
     if args.output == "count":
         count = table.column(0)[0].as_py()
@@ -211,6 +209,7 @@ def add_search(subs: Any) -> None:
         action="store_true",
         help="exit 1 when nothing matches (default: 0, and a note on stderr)",
     )
+    add_as_of(p)
 
 
 def add_export(subs: Any) -> None:
@@ -224,7 +223,13 @@ def add_export(subs: Any) -> None:
     )
     p.add_argument("query", help="the query, as `search` reads it (one argument: quote it)")
     p.add_argument("dest", help="the mbox file or the Maildir directory to write")
-    p.add_argument("--format", choices=("mbox", "maildir"), default="mbox")
+    p.add_argument(
+        "--format",
+        choices=("mbox", "maildir"),
+        default="mbox",
+        help="mbox (default: one file, mboxrd, written beside DEST and renamed onto it) or"
+        " maildir (DEST/cur/, each message through DEST/tmp/)",
+    )
     p.add_argument(
         "--append",
         action="store_true",
