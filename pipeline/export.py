@@ -27,7 +27,7 @@ __all__ = ["ExportFormat", "ExportReport", "check_dest", "export", "mbox_quote"]
 
 ExportFormat = Literal["mbox", "maildir"]
 
-_PAGE = 1000  # matches read from the store at a time
+_PAGE = 10_000  # matches read from the store at a time (each page is one query)
 # mboxrd: a line that is "From " after any number of ">" gets one ">" more
 _FROM_LINE = re.compile(rb"^(>*From )", re.MULTILINE)
 

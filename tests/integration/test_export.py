@@ -192,3 +192,13 @@ def test_a_missing_blob_is_an_error_named_and_the_rest_is_written(
     report = json.loads(out)
     assert report["exit_code"] == 1 and report["messages"] == 6
     assert len(report["errors"]) == 1 and "<plain@example.org>" in report["errors"][0]
+
+
+def test_appending_to_an_mbox_whose_last_message_lacks_its_blank_line(
+    filled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    box = tmp_path / "theirs.mbox"
+    theirs = b"Subject: theirs\n\nlast line\n"
+    box.write_bytes(b"From x@example.org Thu Jan  1 00:00:00 1970\n" + theirs)
+    assert run(capsys, filled, "export", "id:plain@example.org", str(box), "--append")[0] == 0
+    assert [raw for _, raw in iter_mbox(box, mboxrd=True)] == [theirs, MESSAGES["plain"]]
