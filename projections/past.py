@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from projections.fold import hash_probe, meta_values
 from projections.queries import run_sql
-from projections.rebuilds import RebuildFiles
+from projections.rebuilds import RebuildFiles, cache_dir
 from projections.tables import PROJECTION_VERSION, create_query_views, events_sql
 from stores import db
 from stores.errors import UsageError
@@ -31,11 +31,6 @@ __all__ = ["KEEP", "PastProjections", "cache_dir"]
 
 KEEP = 4  # past projection files kept in the cache, the most recently used
 _T = TypeVar("_T")
-
-
-def cache_dir(root: Path) -> Path:
-    """Where a store keeps its past projections."""
-    return root / "cache"
 
 
 def _usable(path: Path, seq: int) -> bool:

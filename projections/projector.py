@@ -22,9 +22,9 @@ import pyarrow as pa
 from projections import snapshot
 from projections.fold import FOLD_SCHEMA, applied_seq, apply_chunks, hash_probe, meta_values
 from projections.fold.batch import DELETED
-from projections.past import PastProjections, cache_dir
+from projections.past import PastProjections
 from projections.queries import counts, run_sql, snapshot_folders
-from projections.rebuilds import RebuildFiles
+from projections.rebuilds import RebuildFiles, cache_dir
 from projections.tables import PROJECTION_VERSION, create_query_views, events_source, events_sql
 from stores import db
 from stores.errors import LockTimeout, LogIntegrityError

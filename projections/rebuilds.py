@@ -24,7 +24,7 @@ from stores import db
 from stores.errors import UsageError
 from stores.log import EventLog, LogFile, read_columns
 
-__all__ = ["RebuildFiles"]
+__all__ = ["RebuildFiles", "cache_dir"]
 
 _REPLAY_CHUNK = 50_000
 
@@ -36,6 +36,11 @@ def _remove_build_files(path: Path) -> None:
         Path(name).unlink(missing_ok=True)
     for name in (f"{path}.tmp", f"{path}.stage.tmp"):
         shutil.rmtree(name, ignore_errors=True)
+
+
+def cache_dir(root: Path) -> Path:
+    """Where the store at ``root`` keeps its past projections (``projections.past``)."""
+    return root / "cache"
 
 
 class RebuildFiles:
@@ -128,9 +133,16 @@ class RebuildFiles:
             os.close(fd)
 
     def remove_dead(self) -> None:
-        """Remove the files of rebuilds killed midway (when no rebuild is running)."""
+        """Remove the files of rebuilds killed midway (when no rebuild is running),
+        the builds of past projections in ``cache/`` included."""
+        cache = cache_dir(self.root)
         paths = (self._replacement, self._scratch)
-        if not any(Path(f"{p}{x}").exists() for p in paths for x in ("", ".stage", ".tmp")):
+        dead = any(Path(f"{p}{x}").exists() for p in paths for x in ("", ".stage", ".tmp"))
+        past = {
+            p.with_name(p.name.split(".building")[0] + ".building")
+            for p in (cache.glob("*.building*") if cache.is_dir() else ())
+        }
+        if not dead and not past:
             return
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -139,7 +151,7 @@ class RebuildFiles:
             os.close(fd)
             return  # a rebuild is running
         try:
-            for path in paths:
+            for path in (*paths, *past):
                 _remove_build_files(path)
         finally:
             os.close(fd)

@@ -135,3 +135,15 @@ def test_the_past_is_refused_while_a_purge_is_unfinished(
     code, _, err = run(capsys, root, "search", "*", f"--as-of={then}")
     assert code == 2 and "purge" in err
     assert not (root / "cache").exists()
+
+
+def test_what_a_killed_build_of_the_past_left_is_removed_at_the_next_open(
+    history: tuple[Path, int, datetime], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, then, _ = history
+    assert _ids(capsys, root, f"--as-of={then}") == {"a.1@x", "a.2@x"}
+    cache = root / "cache"
+    for name in ("asof-1.duckdb.building", "asof-3.duckdb.building.stage"):
+        (cache / name).write_bytes(b"secret salary list")
+    MessageStore.open(root).close()
+    assert sorted(p.name for p in cache.iterdir()) == [f"asof-{then}.duckdb"]
