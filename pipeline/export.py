@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.store import MessageStore
 from projections.queries import SearchPlan
 from stores.atomic import fsync_dir, unique_name
@@ -117,15 +118,20 @@ def export(
     *,
     append: bool = False,
     page: int = _PAGE,
+    progress: Progress = NO_PROGRESS,
 ) -> ExportReport:
     """Write every match of ``plan`` to ``dest`` in the order the store received
     them; returns what was written. An mbox is written beside ``dest`` and renamed
     over it at the end (``append``: added to its end in place); a Maildir message
     is written in ``tmp/`` and renamed into ``cur/``. ``page``: matches read from
-    the store at a time."""
+    the store at a time; ``progress`` counts the messages (out of the matches,
+    counted first when a display asks)."""
     check_dest(fmt, dest, append=append)
     report = ExportReport(format=fmt, dest=str(dest))
-    bodies = _bodies(store, plan, page, report)
+    if progress is not NO_PROGRESS:
+        matches = store.search(plan, "count").column(0)[0].as_py()
+        progress.start(matches, f"export {fmt} {dest}")
+    bodies = _counted(_bodies(store, plan, page, report), progress)
     if fmt == "mbox":
         _export_mbox(bodies, dest, append, report)
     else:
@@ -148,6 +154,12 @@ def _bodies(
             report.errors.append(f"<{message_id}>: {exc}")
             continue
         yield seq, message_id, sha, sender, epoch, raw
+
+
+def _counted(bodies: Iterator[_Body], progress: Progress) -> Iterator[_Body]:
+    for body in bodies:
+        yield body
+        progress.advance()
 
 
 def _export_mbox(bodies: Iterator[_Body], dest: Path, append: bool, report: ExportReport) -> None:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from pipeline.cli import output
-from pipeline.cli.common import add_as_of, as_of, open_store
+from pipeline.cli.common import add_as_of, as_of, command_progress, open_store
 from pipeline.cli.exits import EXIT_ERROR, EXIT_OK
 from pipeline.cli.parsing import add_command
 from stores.errors import UsageError
@@ -121,8 +121,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     from projections.search import parse
 
     plan = compile_query(parse(args.query, now=_now(args), tz=_zone(args.tz)))
-    with open_store(args) as store:
-        report = export(store, plan, args.format, Path(args.dest), append=args.append)
+    progress = command_progress(delay=0.5)
+    try:
+        with open_store(args) as store:
+            dest = Path(args.dest)
+            report = export(store, plan, args.format, dest, append=args.append, progress=progress)
+    finally:
+        progress.close()
     code = EXIT_ERROR if report.errors else EXIT_OK
     if args.json:
         output.print_json({"exit_code": code, **report.as_dict()})

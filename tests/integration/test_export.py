@@ -202,3 +202,29 @@ def test_appending_to_an_mbox_whose_last_message_lacks_its_blank_line(
     box.write_bytes(b"From x@example.org Thu Jan  1 00:00:00 1970\n" + theirs)
     assert run(capsys, filled, "export", "id:plain@example.org", str(box), "--append")[0] == 0
     assert [raw for _, raw in iter_mbox(box, mboxrd=True)] == [theirs, MESSAGES["plain"]]
+
+
+class _Recorder:
+    """A progress display that remembers what it was told."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[int | None, str]] = []
+        self.done = 0
+
+    def start(self, total: int | None, label: str, *, unit: str | None = "msg") -> None:
+        self.told.append((total, label))
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+
+    def close(self) -> None:
+        pass
+
+
+def test_progress_counts_the_messages_out_of_the_matches(filled: Path, tmp_path: Path) -> None:
+    rec = _Recorder()
+    with MessageStore.open(filled, clock=StepClock(), run_id="x") as store:
+        export(
+            store, compile_query(parse("from:ada", now=NOW)), "mbox", tmp_path / "a", progress=rec
+        )
+    assert rec.told == [(4, f"export mbox {tmp_path / 'a'}")] and rec.done == 4
