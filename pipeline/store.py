@@ -10,6 +10,7 @@ projections. A store is a directory::
     STORE/projections.duckdb   derived; delete it and ``replay`` restores it
     STORE/cursors.json         derived too: the cursors and counts a sync that finds
                                nothing new and ``stats`` read without opening the store
+    STORE/cache/asof-SEQ.duckdb  derived: the projections as they stood after event SEQ
 """
 
 from __future__ import annotations
@@ -37,11 +38,13 @@ from stores.log import EventLog
 from stores.marker import check_marker
 
 if TYPE_CHECKING:
+    from datetime import datetime
     from email.message import EmailMessage
 
+    from projections.past import PastProjections
     from stores.purge import PurgeReport
 
-__all__ = ["MessageStore"]
+__all__ = ["MessageStore", "PastStore"]
 
 log = logging.getLogger("mailledger.store")
 
@@ -298,9 +301,30 @@ class MessageStore:
         one query over the projections (see ``queries.search_table``)."""
         return self.projector.read(queries.search_table, plan, output, sort, limit, offset)
 
+    def export_page(
+        self, plan: queries.SearchPlan, after: int, limit: int
+    ) -> list[tuple[int, str, str, int, str | None, int | None]]:
+        """A page of the matches of ``plan`` an export writes (see ``queries.export_page``)."""
+        return self.projector.read(queries.export_page, plan, after, limit)
+
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """Run SQL over the projections and the ``events`` view of the log."""
         return self.projector.query(sql, params)
+
+    # -- the past (``--as-of``) -------------------------------------------------
+    def seq_at(self, when: datetime) -> int:
+        """The seq of the last event recorded at or before ``when`` (0: none was)."""
+        import pyarrow.compute as pc
+
+        table = self.log.read(columns=["seq", "recorded_at"])
+        before = table.filter(pc.less_equal(table.column("recorded_at"), pa.scalar(when)))
+        last = pc.max(before.column("seq")).as_py() if before.num_rows else None
+        return int(last or 0)
+
+    def as_of(self, seq: int) -> PastStore:
+        """The store as it stood after event ``seq``, for reading (``PastStore``):
+        projections replayed up to it into the store's cache, the live ones untouched."""
+        return PastStore(self.projector.as_of(seq, purging=self.purge_journal.exists))
 
     # -- upkeep ---------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -327,6 +351,45 @@ class MessageStore:
     def purge(self) -> PurgeReport:
         """Erase deleted messages for good (``compact --purge``): see ``upkeep.purge``."""
         return upkeep.purge(self)
+
+
+class PastStore:
+    """The reads ``search``, ``thread`` and ``query`` make, answered by the
+    projections as they stood after an earlier event (``MessageStore.as_of``)."""
+
+    def __init__(self, past: PastProjections) -> None:
+        self.past = past
+        self.seq = past.seq
+
+    def __enter__(self) -> PastStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.past.close()
+
+    def search(
+        self,
+        plan: queries.SearchPlan,
+        output: queries.Output = "summary",
+        *,
+        sort: queries.Sort = "newest",
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> pa.Table:
+        """As ``MessageStore.search``, then."""
+        return self.past.read(queries.search_table, plan, output, sort, limit, offset)
+
+    def walk_thread(self, msg_id: str) -> list[str]:
+        """As ``MessageStore.walk_thread``, then."""
+        return self.past.read(queries.thread_of, msg_id)
+
+    def thread_tree(self, msg_id: str) -> list[queries.ThreadNode]:
+        """As ``MessageStore.thread_tree``, then."""
+        return self.past.read(queries.thread_tree, msg_id)
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        """As ``MessageStore.query``, then: the ``events`` view ends at that event."""
+        return self.past.query(sql, params)
 
 
 def _parsed(raw: bytes) -> EmailMessage:

@@ -22,8 +22,9 @@ import pyarrow as pa
 from projections import snapshot
 from projections.fold import FOLD_SCHEMA, applied_seq, apply_chunks, hash_probe, meta_values
 from projections.fold.batch import DELETED
+from projections.past import PastProjections
 from projections.queries import counts, run_sql, snapshot_folders
-from projections.rebuilds import RebuildFiles
+from projections.rebuilds import RebuildFiles, cache_dir
 from projections.tables import PROJECTION_VERSION, create_query_views, events_source, events_sql
 from stores import db
 from stores.errors import LockTimeout, LogIntegrityError
@@ -386,13 +387,21 @@ class Projector:
         self.close()
         return self.files.fresh_fingerprint()
 
+    def as_of(self, seq: int, *, purging: Callable[[], bool]) -> PastProjections:
+        """The projections as they stood after event ``seq`` (read only; built into
+        the store's cache when not there yet: ``projections.past``). ``purging()``:
+        True while a purge is unfinished (the past is refused then)."""
+        self.close()  # (a build may take a while: no hold on the live file meanwhile)
+        return PastProjections(self.files, self.log, seq, purging=purging)
+
     def drop(self) -> None:
-        """Remove the projection file, everything DuckDB keeps beside it and what
-        rebuilds killed midway left."""
+        """Remove the projection file, everything DuckDB keeps beside it, what
+        rebuilds killed midway left and the past projections of the cache."""
         self.close()
         self.forget_pending()
         snapshot.drop(self.db_path.parent)
         self.files.drop()
+        self.files.drop_past(cache_dir(self.db_path.parent))
 
     # -- the views stock DuckDB reads ---------------------------------------------
     def _define_views(self, con: duckdb.DuckDBPyConnection) -> None:

@@ -21,9 +21,10 @@ import pyarrow as pa
 from projections.fold import FOLD_SCHEMA, REBUILD_PHASES, rebuild
 from projections.tables import fingerprint
 from stores import db
+from stores.errors import UsageError
 from stores.log import EventLog, LogFile, read_columns
 
-__all__ = ["RebuildFiles"]
+__all__ = ["RebuildFiles", "cache_dir"]
 
 _REPLAY_CHUNK = 50_000
 
@@ -37,6 +38,11 @@ def _remove_build_files(path: Path) -> None:
         shutil.rmtree(name, ignore_errors=True)
 
 
+def cache_dir(root: Path) -> Path:
+    """Where the store at ``root`` keeps its past projections (``projections.past``)."""
+    return root / "cache"
+
+
 class RebuildFiles:
     """The rebuilds of the projection file ``db_path`` of the store at ``root``."""
 
@@ -48,9 +54,12 @@ class RebuildFiles:
         self._replacement = db_path.with_suffix(".duckdb.rebuild")
         self._scratch = root / "projections.verify.duckdb"
 
-    def log_chunks(self, after: int = 0) -> Iterator[pa.Table]:
-        """The log's events after seq ``after``, in tables of about 50,000 rows."""
+    def log_chunks(self, after: int = 0, upto: int | None = None) -> Iterator[pa.Table]:
+        """The log's events after seq ``after`` (up to seq ``upto``, when given), in
+        tables of about 50,000 rows."""
         files = [f for f in self.log.files() if f.last > after]
+        if upto is not None:
+            files = [f for f in files if f.first <= upto]
         while files:
             group: list[LogFile] = []
             rows = 0
@@ -58,7 +67,10 @@ class RebuildFiles:
                 f = files.pop(0)
                 group.append(f)
                 rows += f.rows
-            yield self._read_range(group)
+            chunk = self._read_range(group)
+            if upto is not None and group[-1].last > upto:
+                chunk = chunk.slice(0, max(0, upto - group[0].first + 1))
+            yield chunk
 
     def _read_range(self, group: Sequence[LogFile]) -> pa.Table:
         """The events of files ``group`` (a compaction may have merged them since
@@ -83,9 +95,12 @@ class RebuildFiles:
         con: duckdb.DuckDBPyConnection,
         scratch: Path,
         on_phase: Callable[[str], None] | None = None,
+        upto: int | None = None,
     ) -> int:
         files = self.log.files()
         events = files[-1].last if files else 0
+        if upto is not None:  # (the log's files hold later events: the chunks are cut)
+            files, events = [], min(events, upto)
 
         def phase(i: int, name: str) -> None:
             assert on_phase is not None
@@ -93,7 +108,7 @@ class RebuildFiles:
 
         return rebuild(
             con,
-            self.log_chunks(),
+            self.log_chunks(upto=upto),
             files=[f.path for f in files],
             scratch=scratch,
             builders=db.builders(self.memory_budget),
@@ -118,9 +133,16 @@ class RebuildFiles:
             os.close(fd)
 
     def remove_dead(self) -> None:
-        """Remove the files of rebuilds killed midway (when no rebuild is running)."""
+        """Remove the files of rebuilds killed midway (when no rebuild is running),
+        the builds of past projections in ``cache/`` included."""
+        cache = cache_dir(self.root)
         paths = (self._replacement, self._scratch)
-        if not any(Path(f"{p}{x}").exists() for p in paths for x in ("", ".stage", ".tmp")):
+        dead = any(Path(f"{p}{x}").exists() for p in paths for x in ("", ".stage", ".tmp"))
+        past = {
+            p.with_name(p.name.split(".building")[0] + ".building")
+            for p in (cache.glob("*.building*") if cache.is_dir() else ())
+        }
+        if not dead and not past:
             return
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -129,7 +151,7 @@ class RebuildFiles:
             os.close(fd)
             return  # a rebuild is running
         try:
-            for path in paths:
+            for path in (*paths, *past):
                 _remove_build_files(path)
         finally:
             os.close(fd)
@@ -193,6 +215,37 @@ class RebuildFiles:
                 return dict(fingerprint(fresh))
             finally:
                 fresh.close()
+
+    def build_past(
+        self, upto: int, path: Path, *, ready: Callable[[], bool], keep: Callable[[], bool]
+    ) -> None:
+        """Projections replayed from the log's events up to seq ``upto`` only (the
+        store as it stood then), built beside ``path`` and renamed onto it, unless
+        ``ready()`` says another process did meanwhile; the live file is not
+        touched. ``keep()`` is asked last, under the lock ``drop_past`` takes: False
+        (a purge began meanwhile) leaves nothing and raises ``UsageError``."""
+        tmp = path.with_name(path.name + ".building")
+        with self._building(tmp):
+            if ready():
+                return
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            con = self._connect(tmp)
+            try:
+                self._rebuild(con, Path(str(tmp) + ".stage"), upto=upto)
+                con.execute("CHECKPOINT")
+            finally:
+                con.close()
+            if not keep():
+                raise UsageError("a purge is running or was interrupted: the past is not read")
+            os.chmod(tmp, 0o600)
+            Path(f"{path}.wal").unlink(missing_ok=True)
+            os.replace(tmp, path)
+
+    def drop_past(self, cache: Path) -> None:
+        """Remove every file in ``cache`` (past projections hold mail), waiting for a
+        build of one to end first: none is left behind, half-built or not."""
+        with self._building(self._scratch.with_name("projections.asof-drop")):
+            shutil.rmtree(cache, ignore_errors=True)
 
     def drop(self) -> None:
         """Remove the projection file and every file DuckDB keeps beside it, and the

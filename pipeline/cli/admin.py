@@ -4,16 +4,21 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.cli import output
 from pipeline.cli.common import command_progress, open_store
 from pipeline.cli.exits import EXIT_ERROR, EXIT_OK
 from pipeline.cli.parsing import add_command
-from stores.errors import NotFoundError
+from stores.errors import NotFoundError, UsageError
+
+if TYPE_CHECKING:
+    from pipeline.ingest import RunCounts
 
 __all__ = ["add_compact", "add_delete", "add_import", "add_replay", "add_verify"]
 
@@ -25,10 +30,16 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     if args.kind == "maildir":
         check_maildir(Path(args.path).resolve())  # (refused before a store is made for it)
+    if args.mboxrd and args.kind != "mbox":
+        raise UsageError("--mboxrd is for an mbox file")
     progress = command_progress()
     try:
         with open_store(args, create=True) as store:
-            fn = {"maildir": import_maildir, "mbox": import_mbox, "gdbm": import_gdbm}[args.kind]
+            fn: Callable[..., RunCounts] = import_gdbm
+            if args.kind == "maildir":
+                fn = import_maildir
+            elif args.kind == "mbox":
+                fn = functools.partial(import_mbox, mboxrd=args.mboxrd)
             workers = args.workers if args.workers is not None else min(4, os.cpu_count() or 1)
             counts = fn(
                 store,
@@ -132,6 +143,12 @@ def add_import(subs: Any) -> None:
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument(
         "--workers", type=int, help="parser processes (default: one per core, at most 4; 0: none)"
+    )
+    p.add_argument(
+        "--mboxrd",
+        action="store_true",
+        help="mbox: un-quote '>From ' lines (one '>' less), as mboxrd writers such as"
+        " `mailledger export` quote them (default: keep the bytes as they are in the file)",
     )
     p.add_argument("--json", action="store_true")
 

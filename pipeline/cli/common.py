@@ -4,9 +4,11 @@ budget), the progress display and the version."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,9 +17,11 @@ from pipeline.verbosity import progress_wanted
 from stores.errors import UsageError
 
 if TYPE_CHECKING:
-    from pipeline.store import MessageStore
+    from pipeline.store import MessageStore, PastStore
 
 __all__ = [
+    "add_as_of",
+    "as_of",
     "command_progress",
     "default_store_path",
     "memory_budget",
@@ -108,3 +112,37 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> MessageStor
         budget = getattr(args, "config_memory", None)  # [store] memory
     store: MessageStore = args.app.open_store(args.store, create=create, memory=budget)
     return store
+
+
+def add_as_of(p: argparse.ArgumentParser) -> None:
+    """``--as-of SEQ|DATETIME`` on a command that reads the projections."""
+    p.add_argument(
+        "--as-of",
+        metavar="SEQ|DATETIME",
+        help="answer from the store as it stood after event SEQ, or after the last event"
+        " recorded at or before DATETIME (ISO 8601, UTC unless it names an offset):"
+        " replayed into STORE/cache, the live projections untouched",
+    )
+
+
+@contextlib.contextmanager
+def as_of(args: argparse.Namespace, store: MessageStore) -> Iterator[MessageStore | PastStore]:
+    """``store`` itself, or with ``--as-of`` the store as it stood then."""
+    if args.as_of is None:
+        yield store
+        return
+    text: str = args.as_of.strip()
+    if text.isdigit():
+        seq = int(text)
+    else:
+        try:
+            when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise UsageError(
+                f"--as-of: neither an event seq nor an ISO 8601 date or time: {text!r}"
+            ) from None
+        when = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+        seq = store.seq_at(when)
+        log.info("--as-of %s: event %d, the last recorded at or before it", text, seq)
+    with store.as_of(seq) as past:
+        yield past

@@ -25,6 +25,7 @@ _COMMANDS = (
     admin.add_replay,
     reading.add_find,
     searching.add_search,
+    searching.add_export,
     reading.add_show,
     reading.add_thread,
     admin.add_delete,

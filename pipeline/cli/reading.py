@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.cli import output
-from pipeline.cli.common import open_store
+from pipeline.cli.common import add_as_of, as_of, open_store
 from pipeline.cli.exits import EXIT_OK
 from pipeline.cli.parsing import add_command
 from pipeline.cli.searching import print_tree
@@ -57,11 +57,11 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_thread(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
+    with open_store(args) as store, as_of(args, store) as then:
         if args.json:  # (the flat array of ids scripts read)
-            output.print_json(store.walk_thread(args.id))
+            output.print_json(then.walk_thread(args.id))
             return EXIT_OK
-        roots = store.thread_tree(args.id)  # (one read of the thread, never one per message)
+        roots = then.thread_tree(args.id)  # (one read of the thread, never one per message)
     if args.tree_json:
         output.print_json([root.as_dict() for root in roots])
     else:
@@ -72,9 +72,9 @@ def cmd_thread(args: argparse.Namespace) -> int:
 def cmd_query(args: argparse.Namespace) -> int:
     import duckdb
 
-    with open_store(args) as store:
+    with open_store(args) as store, as_of(args, store) as then:
         try:
-            table = store.query(args.sql)
+            table = then.query(args.sql)
         except duckdb.Error as exc:
             raise UsageError(f"query failed: {exc}") from exc
     if args.json:
@@ -174,6 +174,7 @@ def add_thread(subs: Any) -> None:
         action="store_true",
         help="the tree as nested JSON: message_id, missing, date_iso, from_addr, subject, children",
     )
+    add_as_of(p)
 
 
 def add_query(subs: Any) -> None:
@@ -187,6 +188,7 @@ def add_query(subs: Any) -> None:
     )
     p.add_argument("sql")
     p.add_argument("--json", action="store_true")
+    add_as_of(p)
 
 
 def add_stats(subs: Any) -> None:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from pipeline.cli import output
-from pipeline.cli.common import open_store
+from pipeline.cli.common import add_as_of, as_of, command_progress, open_store
 from pipeline.cli.exits import EXIT_ERROR, EXIT_OK
 from pipeline.cli.parsing import add_command
 from stores.errors import UsageError
@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # (every command imports this module: DuckDB and pyarrow when
 
     from projections.queries import ThreadNode
 
-__all__ = ["add_search", "print_tree"]
+__all__ = ["add_export", "add_search", "print_tree"]
 
 log = logging.getLogger("mailledger.cli")
 
@@ -91,10 +91,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     for note in plan.notes:
         if "not built yet" in note:
             log.warning("note: %s", note)
-    with open_store(args) as store:
-        table = store.search(
-            plan, args.output, sort=args.sort, limit=args.limit, offset=args.offset
-        )
+    with open_store(args) as store, as_of(args, store) as then:
+        table = then.search(plan, args.output, sort=args.sort, limit=args.limit, offset=args.offset)
     empty = (table.column(0)[0].as_py() == 0) if args.output == "count" else table.num_rows == 0
     if args.output == "count":
         count = table.column(0)[0].as_py()
@@ -113,6 +111,42 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"mailledger: no messages match {args.query!r}", file=sys.stderr)
         return EXIT_ERROR if args.exit_on_empty else EXIT_OK
     return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pipeline.export import export
+    from projections.queries import compile_query
+    from projections.search import parse
+
+    plan = compile_query(parse(args.query, now=_now(args), tz=_zone(args.tz)))
+    progress = command_progress(delay=0.5)
+    try:
+        with open_store(args) as store:
+            dest = Path(args.dest)
+            report = export(store, plan, args.format, dest, append=args.append, progress=progress)
+    finally:
+        progress.close()
+    code = EXIT_ERROR if report.errors else EXIT_OK
+    if args.json:
+        output.print_json({"exit_code": code, **report.as_dict()})
+    else:
+        print(
+            f"exported {report.messages} messages ({report.bytes} bytes) to {args.dest}"
+            f" as {args.format}"
+        )
+        if report.newline_added:
+            print(
+                f"note: {report.newline_added} messages did not end in a newline; mbox"
+                " cannot keep that ending, and gave them one (a Maildir keeps it)",
+                file=sys.stderr,
+            )
+        for line in report.errors:
+            print(f"error: {line}", file=sys.stderr)
+    if not report.messages and not report.errors:
+        print(f"mailledger: no messages match {args.query!r}", file=sys.stderr)
+    return code
 
 
 def _json_rows(table: pa.Table, out: str) -> list[Any]:
@@ -180,3 +214,32 @@ def add_search(subs: Any) -> None:
         action="store_true",
         help="exit 1 when nothing matches (default: 0, and a note on stderr)",
     )
+    add_as_of(p)
+
+
+def add_export(subs: Any) -> None:
+    p = add_command(
+        subs,
+        "export",
+        cmd_export,
+        "write the messages a search matches, byte for byte, to an mbox file (mboxrd:"
+        " '>From ' quoted; import it back with `import mbox --mboxrd`) or a Maildir",
+        "mailledger export 'list:dev* date:2024' --format=maildir ~/export/dev",
+    )
+    p.add_argument("query", help="the query, as `search` reads it (one argument: quote it)")
+    p.add_argument("dest", help="the mbox file or the Maildir directory to write")
+    p.add_argument(
+        "--format",
+        choices=("mbox", "maildir"),
+        default="mbox",
+        help="mbox (default: one file, mboxrd, written beside DEST and renamed onto it) or"
+        " maildir (DEST/cur/, each message through DEST/tmp/)",
+    )
+    p.add_argument(
+        "--append",
+        action="store_true",
+        help="add to an mbox or a Maildir that holds messages already (default: refuse one)",
+    )
+    p.add_argument("--now", metavar="WHEN", help="the instant relative dates count back from")
+    p.add_argument("--tz", metavar="ZONE", help="the time zone of calendar dates (default: UTC)")
+    p.add_argument("--json", action="store_true", help="the report as JSON")

@@ -4,6 +4,7 @@ line by line as the file is read.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,14 +16,18 @@ from stores.errors import UsageError
 
 __all__ = ["MboxSource", "import_mbox", "iter_mbox"]
 
+_QUOTED_FROM = re.compile(rb">+From ")
 
-def iter_mbox(path: Path) -> Iterator[tuple[int, bytes]]:
+
+def iter_mbox(path: Path, *, mboxrd: bool = False) -> Iterator[tuple[int, bytes]]:
     """(ordinal, raw bytes) of each message of an mbox file, streamed line by line.
 
     A message starts at a ``From `` line at the start of the file or after a
     blank line. The ``From `` separator line is not part of the message; body
     lines are kept exactly as they are in the file (no ``>From`` unquoting, so
-    the bytes stored are the bytes that were there).
+    the bytes stored are the bytes that were there), unless ``mboxrd``: then a
+    ``>From ``, ``>>From ``... line loses one ``>`` (the quoting ``mailledger
+    export`` and other mboxrd writers add, undone: the messages as they were).
     """
     n = 0
     buf: list[bytes] = []
@@ -42,7 +47,7 @@ def iter_mbox(path: Path) -> Iterator[tuple[int, bytes]]:
                 if line.strip():
                     raise UsageError(f"{path}: not an mbox file (no 'From ' line first)")
                 continue
-            buf.append(line)
+            buf.append(line[1:] if mboxrd and _QUOTED_FROM.match(line) else line)
             prev_blank = line in (b"\n", b"\r\n")
     if started:
         n += 1
@@ -66,8 +71,9 @@ class MboxSource:
 
     lookahead = 1
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, mboxrd: bool = False) -> None:
         self.path = Path(path).resolve()
+        self.mboxrd = mboxrd
         self.label = f"import:mbox:{self.path}"
         self.size = 0
         self.done = 0
@@ -77,7 +83,7 @@ class MboxSource:
             raise UsageError(f"{self.path}: not a file")
         self.size = self.path.stat().st_size
         progress.start(self.size, "import mbox", unit="B")
-        for n, raw in iter_mbox(self.path):
+        for n, raw in iter_mbox(self.path, mboxrd=self.mboxrd):
             self.done += len(raw)
             yield Incoming(raw=raw, folder=self.path.name, uid=n), len(raw)
 
@@ -92,8 +98,9 @@ def import_mbox(
     batch_size: int = 1000,
     progress: Progress = NO_PROGRESS,
     workers: int = 0,
+    mboxrd: bool = False,
 ) -> RunCounts:
-    """Import every message of an mbox file; returns the run counts."""
-    return run_import(
-        store, MboxSource(path), batch_size=batch_size, progress=progress, workers=workers
-    )
+    """Import every message of an mbox file; returns the run counts (``mboxrd``:
+    un-quote ``>From `` lines, see ``iter_mbox``)."""
+    source = MboxSource(path, mboxrd=mboxrd)
+    return run_import(store, source, batch_size=batch_size, progress=progress, workers=workers)

@@ -46,7 +46,7 @@ from projections.queries.messages import (
     thread_of,
     thread_of_id,
 )
-from projections.queries.search import Output, Sort, search_sql, search_table
+from projections.queries.search import Output, Sort, export_page, search_sql, search_table
 from projections.queries.search_sql import SearchPlan, compile_query
 from projections.queries.threads import ThreadNode, thread_tree
 
@@ -63,6 +63,7 @@ __all__ = [
     "counts",
     "cursor",
     "deleted_contents",
+    "export_page",
     "find_ids",
     "find_key",
     "find_listing",

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from projections.queries.search_sql import SearchPlan
 
-__all__ = ["Output", "Sort", "search_sql", "search_table"]
+__all__ = ["Output", "Sort", "export_page", "search_sql", "search_table"]
 
 Output = Literal["summary", "messages", "threads", "count"]
 Sort = Literal["newest", "oldest"]
@@ -89,3 +89,25 @@ def search_table(
     ``threads`` a row per thread (thread_id, matched, messages, date_iso,
     subject), for ``count`` one row holding the count."""
     return con.sql(search_sql(plan, output, sort, limit, offset)).to_arrow_table()
+
+
+# A page of the matches an export writes, in the order the store received them
+# (``seq``: unique and never null, so a page starts where the last one ended
+# whatever was folded between them).
+_EXPORT_PAGE = (
+    "SELECT m.seq, m.message_id, m.sha256, m.size, m.from_addr,"
+    " CAST(epoch(m.date_utc) AS BIGINT) AS date_epoch"
+    " FROM messages m WHERE ({where}) AND m.seq > {after} ORDER BY m.seq LIMIT {limit}"
+)
+
+
+def export_page(
+    con: duckdb.DuckDBPyConnection, plan: SearchPlan, after: int, limit: int
+) -> list[tuple[int, str, str, int, str | None, int | None]]:
+    """Up to ``limit`` matches of ``plan`` stored after seq ``after``, in seq order:
+    (seq, message_id, sha256, size, from_addr, date as Unix seconds or None). An
+    export reads page by page, so that it never holds the store (nor every match)
+    while it writes."""
+    sql = _EXPORT_PAGE.format(where=plan.where, after=int(after), limit=int(limit))
+    rows: list[tuple[int, str, str, int, str | None, int | None]] = con.execute(sql).fetchall()
+    return rows

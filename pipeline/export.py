@@ -1,0 +1,236 @@
+"""Export: the messages a search matches, written out byte for byte from the
+blobs, as an mbox file (mboxrd) or a Maildir.
+
+Streamed: the matches are read a page at a time (the store is not held while
+bodies are written) and one body is in memory at a time, whatever the number of
+matches. What comes back in with ``mailledger import`` is the same set of
+sha256 (an mbox with ``import mbox --mboxrd``, which un-quotes ``>From ``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from pipeline.progress import NO_PROGRESS, Progress
+from pipeline.store import MessageStore
+from projections.queries import SearchPlan
+from stores.atomic import fsync_dir, unique_name
+from stores.errors import MailledgerError, UsageError
+
+__all__ = ["ExportFormat", "ExportReport", "check_dest", "export", "mbox_quote"]
+
+ExportFormat = Literal["mbox", "maildir"]
+
+_PAGE = 10_000  # matches read from the store at a time (each page is one query)
+# mboxrd: a line that is "From " after any number of ">" gets one ">" more
+_FROM_LINE = re.compile(rb"^(>*From )", re.MULTILINE)
+
+
+@dataclass
+class ExportReport:
+    """What an export wrote: ``messages`` and their ``bytes`` (as stored);
+    ``newline_added``: mbox messages that did not end in a newline and were given
+    one (mbox cannot keep such an ending); ``errors``: messages not written, why."""
+
+    format: str
+    dest: str
+    messages: int = 0
+    bytes: int = 0
+    newline_added: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def mbox_quote(raw: bytes) -> bytes:
+    """``raw`` with every line that is ``>*From `` given one more ``>`` (mboxrd:
+    reversible, unlike mboxo, which quotes ``From `` only)."""
+    return _FROM_LINE.sub(rb">\1", raw)
+
+
+def _from_line(sender: str | None, epoch: int | None) -> bytes:
+    """The ``From `` separator: the sender (the From address: no envelope is kept)
+    and the message's date in asctime form, UTC."""
+    who = "".join((sender or "").split()) or "MAILER-DAEMON"
+    try:
+        when = time.asctime(time.gmtime(epoch or 0))
+    except (OverflowError, OSError, ValueError):
+        when = time.asctime(time.gmtime(0))
+    return f"From {who} {when}\n".encode("utf-8", "replace")
+
+
+def _matches(
+    store: MessageStore, plan: SearchPlan, size: int
+) -> Iterator[tuple[int, str, str, int, str | None, int | None]]:
+    after = 0
+    while True:
+        page = store.export_page(plan, after, size)
+        yield from page
+        if len(page) < size:
+            return
+        after = page[-1][0]
+
+
+def _maildir_messages(dest: Path) -> int:
+    return sum(1 for sub in ("cur", "new") if (dest / sub).is_dir() for _ in os.scandir(dest / sub))
+
+
+def check_dest(fmt: ExportFormat, dest: Path, *, append: bool) -> None:
+    """Refuse (UsageError) a ``dest`` that would be mixed up: an mbox that exists
+    and is not empty, a Maildir holding messages (unless ``append``), and anything
+    that is not what ``fmt`` writes."""
+    if fmt == "mbox":
+        if dest.is_dir():
+            raise UsageError(f"{dest}: a directory, not an mbox file")
+        if dest.exists() and dest.stat().st_size:
+            if not append:
+                raise UsageError(f"{dest}: not empty (--append adds to it)")
+            with open(dest, "rb") as fh:
+                if not fh.read(5) == b"From ":
+                    raise UsageError(f"{dest}: not an mbox file (no 'From ' line first)")
+        return
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"{dest}: not a directory")
+    if not dest.exists():
+        return
+    if not any((dest / sub).is_dir() for sub in ("cur", "new", "tmp")):
+        if any(os.scandir(dest)):
+            raise UsageError(f"{dest}: not empty and not a Maildir (no cur/, new/ or tmp/)")
+        return
+    held = _maildir_messages(dest)
+    if held and not append:
+        raise UsageError(f"{dest}: a Maildir holding {held} messages (--append adds to it)")
+
+
+def export(
+    store: MessageStore,
+    plan: SearchPlan,
+    fmt: ExportFormat,
+    dest: Path,
+    *,
+    append: bool = False,
+    page: int = _PAGE,
+    progress: Progress = NO_PROGRESS,
+) -> ExportReport:
+    """Write every match of ``plan`` to ``dest`` in the order the store received
+    them; returns what was written. An mbox is written beside ``dest`` and renamed
+    over it at the end (``append``: added to its end in place); a Maildir message
+    is written in ``tmp/`` and renamed into ``cur/``. ``page``: matches read from
+    the store at a time; ``progress`` counts the messages (out of the matches,
+    counted first when a display asks)."""
+    check_dest(fmt, dest, append=append)
+    report = ExportReport(format=fmt, dest=str(dest))
+    if progress is not NO_PROGRESS:
+        matches = store.search(plan, "count").column(0)[0].as_py()
+        progress.start(matches, f"export {fmt} {dest}")
+    bodies = _counted(_bodies(store, plan, page, report), progress)
+    if fmt == "mbox":
+        _export_mbox(bodies, dest, append, report)
+    else:
+        _export_maildir(bodies, dest, report)
+    return report
+
+
+_Body = tuple[int, str, str, str | None, int | None, bytes]
+
+
+def _bodies(
+    store: MessageStore, plan: SearchPlan, page: int, report: ExportReport
+) -> Iterator[_Body]:
+    """(seq, message_id, sha256, from, date, raw) of each match whose blob reads
+    back (one in memory at a time); the others are named in ``report.errors``."""
+    for seq, message_id, sha, _size, sender, epoch in _matches(store, plan, page):
+        try:
+            raw = store.blobs.get(sha)
+        except MailledgerError as exc:
+            report.errors.append(f"<{message_id}>: {exc}")
+            continue
+        yield seq, message_id, sha, sender, epoch, raw
+
+
+def _counted(bodies: Iterator[_Body], progress: Progress) -> Iterator[_Body]:
+    for body in bodies:
+        yield body
+        progress.advance()
+
+
+def _export_mbox(bodies: Iterator[_Body], dest: Path, append: bool, report: ExportReport) -> None:
+    if append and dest.exists():
+        with open(dest, "r+b") as fh:
+            fh.seek(0, os.SEEK_END)
+            _end_last_message(fh)
+            _write_mbox(bodies, fh, report)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return
+    tmp = unique_name(dest)
+    try:
+        with open(tmp, "wb") as fh:
+            _write_mbox(bodies, fh, report)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(dest.parent)
+
+
+def _end_last_message(fh: IO[bytes]) -> None:
+    """An mbox appended to ends in a blank line first: a ``From `` line counts only
+    after one."""
+    size = fh.tell()
+    if not size:
+        return
+    fh.seek(max(0, size - 2))
+    tail = fh.read()
+    if tail.endswith(b"\n\n") or tail == b"\n":
+        return
+    fh.write(b"\n" if tail.endswith(b"\n") else b"\n\n")
+
+
+def _write_mbox(bodies: Iterator[_Body], fh: IO[bytes], report: ExportReport) -> None:
+    for _seq, _mid, _sha, sender, epoch, raw in bodies:
+        fh.write(_from_line(sender, epoch))
+        fh.write(mbox_quote(raw))
+        if raw and not raw.endswith(b"\n"):
+            fh.write(b"\n")
+            report.newline_added += 1
+        fh.write(b"\n")  # the blank line that ends a message in an mbox
+        report.messages += 1
+        report.bytes += len(raw)
+
+
+def _export_maildir(bodies: Iterator[_Body], dest: Path, report: ExportReport) -> None:
+    for sub in ("tmp", "new", "cur"):
+        (dest / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
+    for seq, _mid, sha, _sender, epoch, raw in bodies:
+        # unique in this store (seq) and telling what it holds (sha256); the same
+        # message exported again with --append lands on the same name, same bytes
+        name = f"{max(epoch or 0, 0)}.M{seq}S{sha[:16]}.mailledger"
+        tmp = dest / "tmp" / name
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        if epoch is not None:
+            with contextlib.suppress(OSError, OverflowError, ValueError):
+                os.utime(tmp, (epoch, epoch))  # (mail programs read a date from it)
+        os.replace(tmp, dest / "cur" / f"{name}:2,")
+        report.messages += 1
+        report.bytes += len(raw)
+    fsync_dir(dest / "cur")
