@@ -314,12 +314,7 @@ class MessageStore:
     # -- the past (``--as-of``) -------------------------------------------------
     def seq_at(self, when: datetime) -> int:
         """The seq of the last event recorded at or before ``when`` (0: none was)."""
-        import pyarrow.compute as pc
-
-        table = self.log.read(columns=["seq", "recorded_at"])
-        before = table.filter(pc.less_equal(table.column("recorded_at"), pa.scalar(when)))
-        last = pc.max(before.column("seq")).as_py() if before.num_rows else None
-        return int(last or 0)
+        return self.log.seq_at(when)
 
     def as_of(self, seq: int) -> PastStore:
         """The store as it stood after event ``seq``, for reading (``PastStore``):
