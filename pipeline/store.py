@@ -8,6 +8,7 @@ projections. A store is a directory::
     STORE/blobs/               raw messages by sha256, compressed (packs of many,
                                or a file each): the truth
     STORE/projections.duckdb   derived; delete it and ``replay`` restores it
+    STORE/fulltext.sqlite      derived too: the text of every stored message, indexed
     STORE/cursors.json         derived too: the cursors and counts a sync that finds
                                nothing new and ``stats`` read without opening the store
 """
@@ -61,7 +62,7 @@ class MessageStore:
         self.events = EventFactory(self.clock, self.run_id)
         self.log = EventLog(self.root / "log")
         self.blobs = BlobStore(self.root / "blobs")
-        self.projector = Projector(self.root, self.log)
+        self.projector = Projector(self.root, self.log, self.blobs)
 
     # -- lifecycle ------------------------------------------------------------
     @classmethod
@@ -295,8 +296,25 @@ class MessageStore:
         offset: int = 0,
     ) -> pa.Table:
         """The answer to a compiled search query (``queries.compile_query``), in
-        one query over the projections (see ``queries.search_table``)."""
-        return self.projector.read(queries.search_table, plan, output, sort, limit, offset)
+        one query over the projections (see ``queries.search_table``) and the
+        full-text index, brought up to them first, when the query reads it."""
+        return self.projector.read(self._search, plan, output, sort, limit, offset)
+
+    def _search(
+        self,
+        con: Any,
+        plan: queries.SearchPlan,
+        output: queries.Output,
+        sort: queries.Sort,
+        limit: int | None,
+        offset: int,
+    ) -> pa.Table:
+        fulltext = self.projector.fulltext
+        if not plan.text or fulltext is None:
+            return queries.search_table(con, plan, output, sort, limit, offset)
+        fulltext.sync(con)
+        with fulltext.connection() as text:
+            return queries.search_table(con, plan, output, sort, limit, offset, text=text)
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """Run SQL over the projections and the ``events`` view of the log."""

@@ -21,10 +21,12 @@ import pyarrow as pa
 
 from projections import snapshot
 from projections.fold import FOLD_SCHEMA, applied_seq, apply_chunks, hash_probe, meta_values
+from projections.fulltext.index import FullText
 from projections.queries import counts, run_sql, snapshot_folders
 from projections.rebuilds import RebuildFiles
 from projections.tables import PROJECTION_VERSION, create_query_views, events_source, events_sql
 from stores import db
+from stores.blobs import BlobStore
 from stores.errors import LockTimeout, LogIntegrityError
 from stores.log import EventLog
 
@@ -50,8 +52,10 @@ def _current(con: duckdb.DuckDBPyConnection, meta: dict[str, int] | None = None)
 class Projector:
     """The projections of the store whose log is ``log``, in ``root/projections.duckdb``."""
 
-    def __init__(self, root: Path, log: EventLog) -> None:
+    def __init__(self, root: Path, log: EventLog, blobs: BlobStore | None = None) -> None:
         self.log = log
+        # the full-text index follows the messages (it reads their text in the blobs)
+        self.fulltext = FullText(root, blobs, log) if blobs is not None else None
         self.db_path = root / "projections.duckdb"
         self.files = RebuildFiles(root, self.db_path, log)
         self._con: duckdb.DuckDBPyConnection | None = None
@@ -134,10 +138,13 @@ class Projector:
         if self._con is not None and not self._con_rw:
             self.close()
         if self._con is None:
-            if not self.db_path.exists():
+            created = not self.db_path.exists()
+            if created:
                 self.files.create()
             self._con = db.connect(self.db_path, read_only=False)
             self._con_rw = True
+            if created:
+                self._follow_text(self._con)
             if not _current(self._con):
                 # built by another version: rebuilt beside the file and swapped in
                 self.close()
@@ -307,6 +314,7 @@ class Projector:
                 chunks = self.files.log_chunks(after=seq)
             apply_chunks(con, chunks)  # one fold for all of them: its cost is mostly per call
             self._write_snapshot(con)
+            self._follow_text(con)
         self._folded = max(seq, last)
         if not self._views_ok:  # (the log's first events: the view reads them now)
             self._persist_views(con)
@@ -331,6 +339,18 @@ class Projector:
     def _fresh_views(self, con: duckdb.DuckDBPyConnection) -> None:
         self._persist_views(con, fresh=True)
         self._write_snapshot(con)
+        if self.fulltext is not None:  # (rebuilt from the new file's messages)
+            self.fulltext.rebuild(con)
+
+    def _follow_text(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Bring the full-text index to the projections just folded (a failure is
+        logged, never a failed fold: the next search or fold brings it up)."""
+        if self.fulltext is None:
+            return
+        try:
+            self.fulltext.sync(con)
+        except Exception as exc:
+            log.warning("full-text index not updated now (%s); it catches up later", exc)
 
     def _write_snapshot(self, con: duckdb.DuckDBPyConnection) -> None:
         """Rewrite the cursor snapshot (``projections.snapshot``) from the
@@ -359,6 +379,8 @@ class Projector:
         self.forget_pending()
         snapshot.drop(self.db_path.parent)
         self.files.drop()
+        if self.fulltext is not None:
+            self.fulltext.drop()
 
     # -- the views stock DuckDB reads ---------------------------------------------
     def _define_views(self, con: duckdb.DuckDBPyConnection) -> None:

@@ -88,9 +88,6 @@ def cmd_search(args: argparse.Namespace) -> int:
             print(f"  - {note}")
         print(search_sql(plan, args.output, args.sort, args.limit, args.offset))
         return EXIT_OK
-    for note in plan.notes:
-        if "not built yet" in note:
-            log.warning("note: %s", note)
     with open_store(args) as store:
         table = store.search(
             plan, args.output, sort=args.sort, limit=args.limit, offset=args.offset

@@ -1,4 +1,4 @@
-"""The searchable text of one raw message: its subject, the names and addresses
+"""The searchable text of one raw message: its subject key, the names and addresses
 of its From, To and Cc, its body text and its attachments' file names.
 
 Pure and deterministic (the same bytes always give the same text): the index is
@@ -25,6 +25,7 @@ import quopri
 from dataclasses import dataclass
 from email.message import Message
 
+from projections.normalize import normalize_subject
 from projections.search import fold
 
 __all__ = ["MessageText", "extract", "html_to_text"]
@@ -36,7 +37,8 @@ _MAX_DEPTH = 10  # nested multiparts followed at most this deep (a loop ends her
 @dataclass(frozen=True)
 class MessageText:
     """The text fields of a message, each already folded (``search.fold``) the
-    way query words are."""
+    way query words are; the subject as its key (``normalize_subject``: reply
+    prefixes dropped), as ``subject:`` has always searched it."""
 
     subject: str
     body: str
@@ -70,11 +72,46 @@ def _header_text(value: object) -> str:
     """A header value with its RFC 2047 words decoded (as written when they are broken)."""
     if value is None:
         return ""
-    text = str(value)
+    if isinstance(value, email.header.Header):  # (8-bit bytes in the header)
+        return "".join(_eight_bit(b, c) for b, c in email.header.decode_header(value))
+    text = _raw_utf8(str(value))
     try:
         return str(email.header.make_header(email.header.decode_header(text)))
     except (ValueError, LookupError, UnicodeError, email.errors.HeaderParseError):
         return text
+
+
+def _raw_utf8(text: str) -> str:
+    """A header holding 8-bit bytes (the parser keeps them as surrogate escapes)
+    read as UTF-8, or as Latin-1 where it is not UTF-8."""
+    if text.isascii() or not any("\udc80" <= c <= "\udcff" for c in text):
+        return text
+    raw = text.encode("utf-8", errors="surrogateescape")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+def _as_text(value: object) -> str:
+    """A header value as text, its 8-bit bytes read (RFC 2047 words left as written)."""
+    if isinstance(value, email.header.Header):
+        return "".join(_eight_bit(b, c) for b, c in email.header.decode_header(value))
+    return _raw_utf8(str(value))
+
+
+def _eight_bit(data: bytes | str, charset: str | None) -> str:
+    if isinstance(data, str):
+        return data
+    if charset and charset != "unknown-8bit":
+        try:
+            return data.decode(charset, errors="replace")
+        except LookupError:
+            pass
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
 
 
 def _split(raw: bytes) -> tuple[bytes, bytes]:
@@ -151,7 +188,7 @@ class _Walk:
 
 def _people(h: Message) -> str:
     """The display names and addresses of From, To and Cc."""
-    values = [str(v) for name in ("from", "to", "cc") for v in h.get_all(name) or []]
+    values = [_as_text(v) for name in ("from", "to", "cc") for v in h.get_all(name) or []]
     words: list[str] = []
     for display, address in email.utils.getaddresses(values):
         words.extend(w for w in (_header_text(display), address) if w)
@@ -170,7 +207,7 @@ def extract(raw: bytes) -> MessageText:
     parts = walk.plain or [html_to_text(h) for h in walk.html]
     body = "\n".join(parts)
     return MessageText(
-        subject=fold(subject),
+        subject=fold(normalize_subject(subject) or ""),
         body=fold(body),
         names=fold(people),
         filenames=fold(" ".join(walk.names)),

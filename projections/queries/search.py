@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Literal
 
+import apsw
 import duckdb
 import pyarrow as pa
 
+from projections.queries.fulltext import match_seqs
 from projections.queries.search_sql import SearchPlan
 
 __all__ = ["Output", "Sort", "search_sql", "search_table"]
@@ -83,9 +85,23 @@ def search_table(
     sort: Sort = "newest",
     limit: int | None = None,
     offset: int = 0,
+    text: apsw.Connection | None = None,
 ) -> pa.Table:
     """The answer to ``plan``, as an Arrow table: for ``summary`` and ``messages``
     a row per matching message (message_id, date_iso, from_addr, subject), for
     ``threads`` a row per thread (thread_id, matched, messages, date_iso,
-    subject), for ``count`` one row holding the count."""
-    return con.sql(search_sql(plan, output, sort, limit, offset)).to_arrow_table()
+    subject), for ``count`` one row holding the count. ``text``: the full-text
+    index, caught up with ``con``, when the plan reads it."""
+    sql = search_sql(plan, output, sort, limit, offset)
+    if not plan.text:
+        return con.sql(sql).to_arrow_table()
+    if text is None:
+        raise ValueError("this plan reads the full-text index: pass its connection")
+    for name, expression in plan.text.items():
+        seqs = pa.array(match_seqs(text, expression), pa.int64())
+        con.register(name, pa.table({"seq": seqs}))
+    try:
+        return con.sql(sql).to_arrow_table()
+    finally:
+        for name in plan.text:
+            con.unregister(name)
