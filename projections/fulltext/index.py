@@ -120,7 +120,7 @@ class FullText:
         self.blobs = blobs
         self.log = log
         self.workers = max(1, min(os.cpu_count() or 1, 4))  # extraction processes
-        self._new = root / f"{name}.sqlite.rebuild"
+        self._new = root / f"{name}.sqlite.rebuild-{os.getpid()}"
 
     # -- reading ------------------------------------------------------------------
     @contextlib.contextmanager
@@ -141,28 +141,46 @@ class FullText:
         if not self.path.exists():
             return self.rebuild(duck)
         with self.connection() as con:
-            meta = _meta(con)
-            held = meta.get("applied_seq")
-            if held == target:
-                return target
-            if meta.get("text_version") != TEXT_VERSION or held is None or held > target:
-                con.close()
-                return self.rebuild(duck)
-            new = winners_after(duck, held)
-            gone_ids = self._deleted_ids(held, target)
-            touched = {m for _, m, _ in new} | gone_ids
-            docs = held_docs(con, touched)
-            still = winners_of(duck, gone_ids - {m for _, m, _ in new})
-            with con:  # one transaction
-                for message_id, (seq, sha, has_text) in docs.items():
-                    if still.get(message_id, -1) != seq:
-                        self._remove(con, seq, sha, has_text)
-                self._add(con, new)
-                _set_meta(con, "applied_seq", target)
+            if _meta(con).get("applied_seq") == target:
+                return target  # (no write lock taken: the usual case of a search)
+            # the write lock first, then what it holds: another process may have
+            # brought it up meanwhile
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                meta = _meta(con)
+                held = meta.get("applied_seq")
+                if meta.get("text_version") != TEXT_VERSION or held is None or held > target:
+                    con.execute("ROLLBACK")
+                    con.close()
+                    return self.rebuild(duck)
+                removed = self._follow(con, duck, held, target) if held != target else False
+                con.execute("COMMIT")
+            except BaseException:
+                if not con.getautocommit():
+                    con.execute("ROLLBACK")
+                raise
             # removed text leaves the WAL's old pages only at a checkpoint
-            if docs:
+            if removed:
                 _pragma(con, "PRAGMA wal_checkpoint(TRUNCATE)")
         return target
+
+    def _follow(
+        self, con: apsw.Connection, duck: duckdb.DuckDBPyConnection, held: int, target: int
+    ) -> bool:
+        """Add the messages won after seq ``held``, remove those gone; True when
+        any was removed."""
+        new = winners_after(duck, held)
+        gone_ids = self._deleted_ids(held, target)
+        docs = held_docs(con, {m for _, m, _ in new} | gone_ids)
+        still = winners_of(duck, gone_ids - {m for _, m, _ in new})
+        removed = False
+        for message_id, (seq, sha, has_text) in docs.items():
+            if still.get(message_id, -1) != seq:
+                self._remove(con, seq, sha, has_text)
+                removed = True
+        self._add(con, new)
+        _set_meta(con, "applied_seq", target)
+        return removed
 
     def _deleted_ids(self, after: int, upto: int) -> set[str]:
         """The Message-IDs of the deletions in the log after seq ``after``."""
@@ -241,9 +259,11 @@ class FullText:
             Path(f"{path}{suffix}").unlink(missing_ok=True)
 
     def drop(self) -> None:
-        """Remove the index and what a killed rebuild left (a replay makes it again)."""
+        """Remove the index and what killed rebuilds left (their text too: a purge
+        drops it; a replay makes it again)."""
         self._remove_files(self.path)
-        self._remove_files(self._new)
+        for left in self.path.parent.glob(f"{self.path.name}.rebuild-*"):
+            left.unlink(missing_ok=True)
 
     # -- checking -------------------------------------------------------------------
     def problems(self, duck: duckdb.DuckDBPyConnection, *, compare: bool) -> list[str]:
