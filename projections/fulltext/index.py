@@ -53,7 +53,6 @@ COLUMNS = ("subject", "body", "names", "filenames", "flags")
 _SCHEMA = f"""
 CREATE VIRTUAL TABLE text USING fts5({", ".join(COLUMNS)}, content='',
     tokenize='unicode61 remove_diacritics 2');
-INSERT INTO text(text, rank) VALUES('secure-delete', 1);
 CREATE TABLE docs (
     seq INTEGER PRIMARY KEY, message_id TEXT NOT NULL, sha256 TEXT NOT NULL,
     has_text INTEGER NOT NULL
@@ -61,6 +60,9 @@ CREATE TABLE docs (
 CREATE INDEX docs_message_id ON docs(message_id);
 CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
+# set once a new file is built: a later removal overwrites the terms in place
+_SECURE_DELETE = "INSERT INTO text(text, rank) VALUES('secure-delete', 1)"
+_BUILD_CACHE_KIB = 128 << 10
 _INSERT = f"INSERT INTO text(rowid, {', '.join(COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)"
 _DELETE = f"INSERT INTO text(text, rowid, {', '.join(COLUMNS)}) VALUES ('delete', ?, ?, ?, ?, ?, ?)"
 
@@ -76,9 +78,14 @@ def _open(path: Path, *, building: bool = False) -> apsw.Connection:
     con = apsw.Connection(str(path))
     con.set_busy_timeout(60_000)
     _pragma(con, "PRAGMA secure_delete=ON")
-    if building:  # a new file nobody reads yet: no journal until it is renamed in place
+    if building:
+        # a new file nobody reads yet, holding only live messages' text: no journal
+        # until it is renamed in place, freed pages not zeroed, a larger page cache
+        # (8,000 messages: 3,800 -> 7,500 msg per CPU-second with the two last)
         _pragma(con, "PRAGMA journal_mode=OFF")
         _pragma(con, "PRAGMA synchronous=OFF")
+        _pragma(con, "PRAGMA secure_delete=OFF")
+        _pragma(con, f"PRAGMA cache_size=-{_BUILD_CACHE_KIB}")
     else:
         _pragma(con, "PRAGMA journal_mode=WAL")
         _pragma(con, "PRAGMA synchronous=NORMAL")
@@ -231,6 +238,7 @@ class FullText:
                     self._add(con, _stored(duck))
                     _set_meta(con, "applied_seq", target)
                     _set_meta(con, "text_version", TEXT_VERSION)
+                    con.execute(_SECURE_DELETE)
             finally:
                 con.close()
             self._swap_in()

@@ -62,8 +62,8 @@ def extracted(root: Path, items: Iterable[Item], workers: int) -> Iterator[Extra
     process may hold DuckDB threads a forked child must not inherit), else here."""
     where = str(root)
     chunks = _chunks(iter(items))
-    first = list(itertools.islice(chunks, _INLINE_BELOW // _CHUNK))
-    if len(first) * _CHUNK < _INLINE_BELOW or workers <= 1:
+    first = list(itertools.islice(chunks, -(-_INLINE_BELOW // _CHUNK)))
+    if sum(len(c) for c in first) < _INLINE_BELOW or workers <= 1:
         for chunk in itertools.chain(first, chunks):
             yield _extract_chunk(where, chunk)
         return
