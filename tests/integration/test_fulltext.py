@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
@@ -183,3 +184,35 @@ def test_an_unreadable_blob_is_indexed_without_text_and_removed_exactly(
     with fulltext.connection() as con:
         con.execute("INSERT INTO text(text, rank) VALUES ('integrity-check', 0)")
         assert list(con.execute("SELECT count(*) FROM docs")) == [(0,)]
+
+
+def test_a_large_build_extracts_in_worker_processes_as_the_writer_would(
+    store: MessageStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+
+    from testkit.corpus import write_maildir
+
+    write_maildir(tmp_path / "mail", 1_300, seed=3)
+    import_maildir(store, tmp_path / "mail", workers=0)
+    submitted: list[object] = []
+    submit = ProcessPoolExecutor.submit
+
+    def counting(self: ProcessPoolExecutor, fn: Any, /, *args: Any, **kw: Any) -> Any:
+        submitted.append(fn)
+        return submit(self, fn, *args, **kw)
+
+    monkeypatch.setattr(ProcessPoolExecutor, "submit", counting)
+    store.reindex()
+    monkeypatch.undo()
+    assert len(submitted) == 6  # about 1,300 messages, 256 a chunk: all to the workers
+    fulltext = store.projector.fulltext
+    assert fulltext is not None
+    pooled = _fingerprint(store)
+    fulltext.workers = 1  # the same build in this process only
+    store.reindex()
+    assert _fingerprint(store) == pooled
+    with fulltext.connection() as con:
+        stored = len(store.message_ids())  # (the generator repeats a few ids)
+        assert stored > 1_250
+        assert list(con.execute("SELECT count(*) FROM docs")) == [(stored,)]
