@@ -8,6 +8,7 @@ projections. A store is a directory::
     STORE/blobs/               raw messages by sha256, compressed (packs of many,
                                or a file each): the truth
     STORE/projections.duckdb   derived; delete it and ``replay`` restores it
+    STORE/fulltext.sqlite      derived too: the text of every stored message, indexed
     STORE/cursors.json         derived too: the cursors and counts a sync that finds
                                nothing new and ``stats`` read without opening the store
     STORE/cache/asof-SEQ.duckdb  derived: the projections as they stood after event SEQ
@@ -64,7 +65,7 @@ class MessageStore:
         self.events = EventFactory(self.clock, self.run_id)
         self.log = EventLog(self.root / "log")
         self.blobs = BlobStore(self.root / "blobs")
-        self.projector = Projector(self.root, self.log)
+        self.projector = Projector(self.root, self.log, self.blobs)
 
     # -- lifecycle ------------------------------------------------------------
     @classmethod
@@ -298,14 +299,15 @@ class MessageStore:
         offset: int = 0,
     ) -> pa.Table:
         """The answer to a compiled search query (``queries.compile_query``), in
-        one query over the projections (see ``queries.search_table``)."""
-        return self.projector.read(queries.search_table, plan, output, sort, limit, offset)
+        one query over the projections (see ``queries.search_table``) and the
+        full-text index, brought up to them first, when the query reads it."""
+        return self.projector.read_text(queries.search_table, plan, output, sort, limit, offset)
 
     def export_page(
         self, plan: queries.SearchPlan, after: int, limit: int
     ) -> list[tuple[int, str, str, int, str | None, int | None]]:
         """A page of the matches of ``plan`` an export writes (see ``queries.export_page``)."""
-        return self.projector.read(queries.export_page, plan, after, limit)
+        return self.projector.read_text(queries.export_page, plan, after, limit)
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """Run SQL over the projections and the ``events`` view of the log."""
@@ -371,7 +373,13 @@ class PastStore:
         limit: int | None = None,
         offset: int = 0,
     ) -> pa.Table:
-        """As ``MessageStore.search``, then."""
+        """As ``MessageStore.search``, then (structured terms only: the full-text
+        index is kept for the present)."""
+        if plan.text:
+            raise UsageError(
+                "--as-of answers structured terms only: words, phrases, body:, filename:"
+                " and has:attachment read the full-text index, which is not kept for the past"
+            )
         return self.past.read(queries.search_table, plan, output, sort, limit, offset)
 
     def walk_thread(self, msg_id: str) -> list[str]:

@@ -22,11 +22,13 @@ import pyarrow as pa
 from projections import snapshot
 from projections.fold import FOLD_SCHEMA, applied_seq, apply_chunks, hash_probe, meta_values
 from projections.fold.batch import DELETED
+from projections.fulltext.index import FullText
 from projections.past import PastProjections
 from projections.queries import counts, run_sql, snapshot_folders
 from projections.rebuilds import RebuildFiles, cache_dir
 from projections.tables import PROJECTION_VERSION, create_query_views, events_source, events_sql
 from stores import db
+from stores.blobs import BlobStore
 from stores.errors import LockTimeout, LogIntegrityError
 from stores.log import EventLog
 
@@ -79,9 +81,11 @@ class _Touched:
 class Projector:
     """The projections of the store whose log is ``log``, in ``root/projections.duckdb``."""
 
-    def __init__(self, root: Path, log: EventLog) -> None:
+    def __init__(self, root: Path, log: EventLog, blobs: BlobStore | None = None) -> None:
         self.log = log
         self.root = root
+        # the full-text index follows the messages (it reads their text in the blobs)
+        self.fulltext = FullText(root, blobs, log) if blobs is not None else None
         self.db_path = root / "projections.duckdb"
         self.files = RebuildFiles(root, self.db_path, log)
         self._con: duckdb.DuckDBPyConnection | None = None
@@ -150,6 +154,17 @@ class Projector:
                 self._define_views(con)
             return fn(con, *args)
 
+    def read_text(self, fn: Callable[..., _T], plan: Any, *args: Any) -> _T:
+        """``fn(reader, plan, *args)`` within one hold, given ``text=`` the full-text
+        index (brought up to the projections first) when the search ``plan`` reads it."""
+        with self.hold():
+            con = self.reader()
+            if not plan.text or self.fulltext is None:
+                return fn(con, plan, *args)
+            self.fulltext.sync(con)
+            with self.fulltext.connection() as text:
+                return fn(con, plan, *args, text=text)
+
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """Run SQL over the projections and the ``events`` view of the log."""
         with self.hold():
@@ -164,10 +179,13 @@ class Projector:
         if self._con is not None and not self._con_rw:
             self.close()
         if self._con is None:
-            if not self.db_path.exists():
+            created = not self.db_path.exists()
+            if created:
                 self.files.create()
             self._con = db.connect(self.db_path, read_only=False)
             self._con_rw = True
+            if created:
+                self._follow_text(self._con)
             if not _current(self._con):
                 # built by another version: rebuilt beside the file and swapped in
                 self.close()
@@ -339,6 +357,7 @@ class Projector:
             # one fold for all of them: its cost is mostly per call
             apply_chunks(con, touched.watch(chunks))
             self._write_snapshot(con, kept=touched.untouched(snapshot.read(self.root, seq)))
+            self._follow_text(con)
         self._folded = max(seq, last)
         if not self._views_ok:  # (the log's first events: the view reads them now)
             self._persist_views(con)
@@ -363,6 +382,18 @@ class Projector:
     def _fresh_views(self, con: duckdb.DuckDBPyConnection) -> None:
         self._persist_views(con, fresh=True)
         self._write_snapshot(con)
+        if self.fulltext is not None:  # (rebuilt from the new file's messages)
+            self.fulltext.rebuild(con)
+
+    def _follow_text(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Bring the full-text index to the projections just folded (a failure is
+        logged, never a failed fold: the next search or fold brings it up)."""
+        if self.fulltext is None:
+            return
+        try:
+            self.fulltext.sync(con)
+        except Exception as exc:
+            log.warning("full-text index not updated now (%s); it catches up later", exc)
 
     def _write_snapshot(
         self,
@@ -402,6 +433,8 @@ class Projector:
         snapshot.drop(self.db_path.parent)
         self.files.drop()
         self.files.drop_past(cache_dir(self.db_path.parent))
+        if self.fulltext is not None:
+            self.fulltext.drop()
 
     # -- the views stock DuckDB reads ---------------------------------------------
     def _define_views(self, con: duckdb.DuckDBPyConnection) -> None:

@@ -269,6 +269,42 @@ def _decodings(path: Path, data: bytes) -> Iterator[tuple[str, bytes]]:
                 yield f"parquet column {name}", text.encode()
     if path.suffix in (".duckdb", ".rebuild") or data[8:12] == b"DUCK":
         yield from _duckdb_dump(path)
+    if data.startswith(b"SQLite format 3\x00"):
+        yield from _sqlite_dump(path)
+
+
+def _sqlite_dump(path: Path) -> Iterator[tuple[str, bytes]]:
+    """Every table of an SQLite file (the full-text index), and every term of each
+    FTS5 table (its term dictionary is prefix-compressed: a word is whole only here).
+    Opened immutable: the file as it lies, nothing written beside it."""
+    import apsw
+
+    try:
+        con = apsw.Connection(
+            f"file:{path}?immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+        )
+    except apsw.Error:
+        return
+    try:
+        tables = list(con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
+        for name, sql in tables:
+            if "fts5(" in (sql or "").lower():
+                con.execute(
+                    f'CREATE VIRTUAL TABLE temp."{name}_terms" USING fts5vocab(main, "{name}", row)'
+                )
+                terms = [str(t) for (t,) in con.execute(f'SELECT term FROM temp."{name}_terms"')]
+                yield f"sqlite fts5 terms of {name}", "\n".join(terms).encode()
+                continue
+            with contextlib.suppress(apsw.Error):  # (a virtual table's shadow: raw bytes)
+                rows = list(con.execute(f'SELECT * FROM "{name}"'))
+                yield (
+                    f"sqlite table {name}",
+                    json.dumps(rows, default=repr, ensure_ascii=False).encode(),
+                )
+    except apsw.Error as exc:
+        yield "sqlite unreadable", str(exc).encode()
+    finally:
+        con.close()
 
 
 def _duckdb_dump(path: Path) -> Iterator[tuple[str, bytes]]:

@@ -15,8 +15,9 @@ before the purge:
   victims (so the search can see what it looks for: subjects in decoded
   Parquet, bodies in decompressed blobs, ids everywhere);
 - after ``compact --purge``, a byte search over the whole store directory
-  (raw bytes of every file, plus blobs decompressed, Parquet decoded and DuckDB
-  tables dumped) finds no Subject, body, sender or Message-ID of a victim;
+  (raw bytes of every file, plus blobs decompressed, Parquet decoded, DuckDB
+  tables dumped and the full-text index's tables and terms dumped) finds no
+  Subject, body, sender or Message-ID of a victim, nor its token as a word;
 - every other message is intact: record, raw bytes, found by its subject;
 - the cursors and the audit of every cursor move are unchanged; the skeleton
   of every event (type, seq, run, time, location, hash, size) is unchanged;
@@ -72,6 +73,8 @@ class Canary:
             f"{t} body": f"erasure-body-{t}".encode(),
             f"{t} sender": f"alice.{t}@people.example".encode(),
             f"{t} message-id": self.message_id.encode(),
+            # the token as a word on its own: how the full-text index holds it
+            f"{t} word": t.encode(),
         }
 
 

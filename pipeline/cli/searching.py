@@ -88,9 +88,6 @@ def cmd_search(args: argparse.Namespace) -> int:
             print(f"  - {note}")
         print(search_sql(plan, args.output, args.sort, args.limit, args.offset))
         return EXIT_OK
-    for note in plan.notes:
-        if "not built yet" in note:
-            log.warning("note: %s", note)
     with open_store(args) as store, as_of(args, store) as then:
         table = then.search(plan, args.output, sort=args.sort, limit=args.limit, offset=args.offset)
     empty = (table.column(0)[0].as_py() == 0) if args.output == "count" else table.num_rows == 0

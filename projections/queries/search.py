@@ -4,11 +4,15 @@ threads, or a count."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Literal
 
+import apsw
 import duckdb
 import pyarrow as pa
 
+from projections.queries.fulltext import match_seqs
 from projections.queries.search_sql import SearchPlan
 
 __all__ = ["Output", "Sort", "export_page", "search_sql", "search_table"]
@@ -83,12 +87,36 @@ def search_table(
     sort: Sort = "newest",
     limit: int | None = None,
     offset: int = 0,
+    text: apsw.Connection | None = None,
 ) -> pa.Table:
     """The answer to ``plan``, as an Arrow table: for ``summary`` and ``messages``
     a row per matching message (message_id, date_iso, from_addr, subject), for
     ``threads`` a row per thread (thread_id, matched, messages, date_iso,
-    subject), for ``count`` one row holding the count."""
-    return con.sql(search_sql(plan, output, sort, limit, offset)).to_arrow_table()
+    subject), for ``count`` one row holding the count. ``text``: the full-text
+    index, caught up with ``con``, when the plan reads it."""
+    with _text_matches(con, plan, text):
+        return con.sql(search_sql(plan, output, sort, limit, offset)).to_arrow_table()
+
+
+@contextlib.contextmanager
+def _text_matches(
+    con: duckdb.DuckDBPyConnection, plan: SearchPlan, text: apsw.Connection | None
+) -> Iterator[None]:
+    """The seqs each full-text term of ``plan`` matches, registered on ``con`` under
+    the names its SQL reads them by (none: the plan reads no text)."""
+    if not plan.text:
+        yield
+        return
+    if text is None:
+        raise ValueError("this plan reads the full-text index: pass its connection")
+    for name, expression in plan.text.items():
+        seqs = pa.array(match_seqs(text, expression), pa.int64())
+        con.register(name, pa.table({"seq": seqs}))
+    try:
+        yield
+    finally:
+        for name in plan.text:
+            con.unregister(name)
 
 
 # A page of the matches an export writes, in the order the store received them
@@ -102,12 +130,17 @@ _EXPORT_PAGE = (
 
 
 def export_page(
-    con: duckdb.DuckDBPyConnection, plan: SearchPlan, after: int, limit: int
+    con: duckdb.DuckDBPyConnection,
+    plan: SearchPlan,
+    after: int,
+    limit: int,
+    text: apsw.Connection | None = None,
 ) -> list[tuple[int, str, str, int, str | None, int | None]]:
     """Up to ``limit`` matches of ``plan`` stored after seq ``after``, in seq order:
     (seq, message_id, sha256, size, from_addr, date as Unix seconds or None). An
     export reads page by page, so that it never holds the store (nor every match)
-    while it writes."""
+    while it writes. ``text``: as ``search_table``'s."""
     sql = _EXPORT_PAGE.format(where=plan.where, after=int(after), limit=int(limit))
-    rows: list[tuple[int, str, str, int, str | None, int | None]] = con.execute(sql).fetchall()
+    with _text_matches(con, plan, text):
+        rows: list[tuple[int, str, str, int, str | None, int | None]] = con.execute(sql).fetchall()
     return rows

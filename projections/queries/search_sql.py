@@ -12,12 +12,13 @@ What the read model answers today, and how:
 - ``from:`` reads ``messages.from_addr``; ``to:`` and ``cc:`` read
   ``messages.to_addrs``, which holds the To and Cc addresses together, so both
   match either header. Display names are not kept: ``from:`` matches addresses.
-- ``subject:`` words, bare words and ``body:`` read the subject key (the
-  subject lowercased, its reply prefixes dropped), folded as ``fold`` folds
-  query words. There is no full-text projection yet: bare words and ``body:``
-  search subjects only, and ``--explain`` says so.
-- ``filename:`` and ``has:attachment`` need the full-text projection: such a
-  query is refused (a usage error), never answered with nothing.
+- bare words and phrases (the subject and the body text), ``subject:``,
+  ``body:``, ``filename:`` and ``has:attachment`` read the full-text index
+  (``projections.fulltext``): each becomes an FTS5 ``MATCH`` expression whose
+  matching seqs the plan names as a table (``SearchPlan.text``), and the row's
+  condition is ``m.seq IN`` that table. Terms of the same ``AND`` share one
+  expression. Words are cut into runs of letters and digits, as the index's
+  tokenizer cuts the text (``live-wire`` is the phrase "live wire").
 - ``folder:``, ``account:``, ``is:vanished`` and ``is:deleted`` read
   ``locations``: a folder or account where the message was seen (vanished from
   it since or not), ``is:vanished`` gone from at least one place it was seen,
@@ -56,26 +57,17 @@ from stores.errors import UsageError
 
 __all__ = ["SearchPlan", "compile_query"]
 
-# The subject key folded the way ``fold`` folds a query word: lowercased already
-# (``normalize_subject``), diacritics stripped and sharp s spelled out, on the
-# rows that hold anything but ASCII only (``strlen`` counts bytes, ``length``
-# characters: equal for ASCII, and the fold is then the key itself).
-_FOLDED_SUBJECT = (
-    "CASE WHEN strlen({m}.subject_key) = length({m}.subject_key) THEN {m}.subject_key"
-    " ELSE replace(strip_accents({m}.subject_key), 'ß', 'ss') END"
-)
-# what separates words: anything but a letter or a digit (in SQL, RE2's
-# [^\pL\pN]: its \w is ASCII only)
+# what separates words: anything but a letter or a digit (as FTS5's unicode61 cuts)
 _NOT_WORD = re.compile(r"[\W_]+")
-_EDGE_BEFORE = r"(^|[^\pL\pN])"
-_EDGE_AFTER = r"([^\pL\pN]|$)"
-_BETWEEN = r"[^\pL\pN]+"
 _DOMAIN = "regexp_extract({a}, '@([^@]*)$', 1)"
 
-_SUBJECT_ONLY = (
-    "bare words and body: search the subject only: the full-text projection"
-    " (message bodies) is not built yet"
-)
+# the index's columns a text field searches (``projections.fulltext.index``)
+_COLUMNS = {
+    "text": "{subject body}",
+    "subject": "subject",
+    "body": "body",
+    "filename": "filenames",
+}
 _TO_CC = (
     "to: and cc: both read the To and Cc addresses together (messages.to_addrs keeps"
     " one list); a cc_addrs column would tell them apart"
@@ -89,14 +81,17 @@ class SearchPlan:
 
     where: str
     notes: list[str] = field(default_factory=list)
+    text: dict[str, str] = field(default_factory=dict)
+    """The full-text matches the condition reads: table name -> FTS5 expression
+    (the table holds one column, ``seq``, of the matching messages)."""
 
 
 def compile_query(tree: Query) -> SearchPlan:
-    """Return the plan of ``tree``; a ``UsageError`` names a term the read model
-    cannot answer yet (``filename:``, ``has:attachment``)."""
+    """Return the plan of ``tree``; a ``UsageError`` names a term that holds
+    nothing to search for."""
     compiler = _Compiler()
     where = compiler.predicate(tree, "m")
-    return SearchPlan(where, list(dict.fromkeys(compiler.notes)))
+    return SearchPlan(where, list(dict.fromkeys(compiler.notes)), compiler.text)
 
 
 def _literal(text: str) -> str:
@@ -113,12 +108,17 @@ class _Compiler:
     def __init__(self) -> None:
         self.notes: list[str] = []
         self.aliases = 0
+        self.text: dict[str, str] = {}
 
     def _alias(self) -> str:
         self.aliases += 1
         return f"m{self.aliases}"
 
-    def predicate(self, node: Query, m: str) -> str:
+    def predicate(self, node: Query | str, m: str) -> str:
+        if isinstance(node, And):
+            node = self._join_text(node, m)
+        if isinstance(node, str):
+            return node
         if isinstance(node, And | Or):
             joiner = " AND " if isinstance(node, And) else " OR "
             return "(" + joiner.join(self.predicate(c, m) for c in node.children) + ")"
@@ -148,8 +148,8 @@ class _Compiler:
 
     def _term(self, node: Query, m: str) -> str | list[str]:
         """The condition of a term: one, or conjuncts that must all hold."""
-        if isinstance(node, Word | Phrase):
-            return self._words(node, m)
+        if isinstance(node, Word | Phrase | HasAttachment):
+            return self._matching(self._match(node), m)
         if isinstance(node, ExactSubject):
             self.notes.append('subject:="…": messages.subject_key, exact')
             return f"{m}.subject_key = {_literal(node.key)}"
@@ -181,35 +181,40 @@ class _Compiler:
             return [p for p in (low, high) if p] or "true"
         if isinstance(node, Location | Is):
             return self._location(node, m)
-        if isinstance(node, HasAttachment):
-            raise UsageError("has:attachment needs the full-text projection, not built yet")
         raise TypeError(f"not a query node: {node!r}")
 
-    def _words(self, node: Word | Phrase, m: str) -> list[str]:
-        if node.field == "filename":
-            raise UsageError("filename: needs the full-text projection, not built yet")
-        if node.field in ("text", "body"):
-            self.notes.append(_SUBJECT_ONLY)
-        self.notes.append(
-            "words: the subject key (reply prefixes dropped), folded; a scan of messages"
-        )
+    def _join_text(self, node: And, m: str) -> And | str:
+        """``node`` with its full-text children read through one expression (FTS5
+        intersects the doclists itself: a two-word search is one match)."""
+        text = [c for c in node.children if isinstance(c, Word | Phrase | HasAttachment)]
+        if len(text) < 2:
+            return node
+        joined = self._matching(" AND ".join(self._match(c) for c in text), m)
+        rest = [c for c in node.children if c not in text]
+        if not rest:
+            return joined
+        return "(" + " AND ".join([joined, *(self.predicate(c, m) for c in rest)]) + ")"
+
+    def _matching(self, expression: str, m: str) -> str:
+        name = f"_text{len(self.text) + 1}"
+        self.text[name] = expression
+        self.notes.append(f"{name}: the full-text index (fulltext.sqlite), MATCH {expression}")
+        return f"{m}.seq IN (SELECT seq FROM {name})"
+
+    @staticmethod
+    def _match(node: Word | Phrase | HasAttachment) -> str:
+        """The FTS5 expression of one text term."""
+        if isinstance(node, HasAttachment):
+            return 'flags : "attachment"'
         raw = node.words if isinstance(node, Phrase) else (node.word,)
-        # words are runs of letters and digits, on both sides (``live-wire`` is
-        # the phrase "live wire"), as the full-text projection's tokenizer will cut them
+        # words are runs of letters and digits, as the index's tokenizer cuts the text
         words = [w for text in raw for w in _NOT_WORD.split(text) if w]
         if not words:
             raise UsageError(f"{' '.join(raw)!r} holds no letter or digit to search for")
-        pattern = _EDGE_BEFORE + _BETWEEN.join(re.escape(w) for w in words)
-        if not node.prefix:
-            pattern += _EDGE_AFTER
-        folded = _FOLDED_SUBJECT.format(m=m)
-        # the plain substring first: it discards most rows before the expression
-        # is matched (measured against a regexp_replace of every subject into
-        # space-separated words and a LIKE: that was 2.6 times slower beside from:)
-        return [
-            f"contains({folded}, {_literal(max(words, key=len))})",
-            f"regexp_matches({folded}, {_literal(pattern)})",
-        ]
+        if "\x00" in "".join(words):
+            raise UsageError("a query value may not hold a NUL character")
+        phrase = " + ".join(f'"{w}"' for w in words) + ("*" if node.prefix else "")
+        return f"{_COLUMNS[node.field]} : ({phrase})"
 
     def _address(self, node: Address, m: str) -> str:
         if node.field == "from":

@@ -7,6 +7,7 @@ purge) run the same promises against the real command.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -185,15 +186,27 @@ def test_purge_refuses_to_launder_a_tampered_file(store: MessageStore) -> None:
     assert store.log.last_seq() == seq and not store.purge_journal.exists()  # nothing began
 
 
-def test_purge_rebuilds_the_projection_file_from_scratch(store: MessageStore) -> None:
+def test_purge_rebuilds_the_projection_file_from_scratch(
+    store: MessageStore, tmp_path: Path
+) -> None:
     _fill(store, 3)
     store.delete("person.2.id@laptop.example")
     old = store.projector.db_path.stat().st_ino
+    # a link keeps the old file's inode taken: ext4 could give it to the new file
+    os.link(store.projector.db_path, tmp_path / "old-projections")
     store.purge()
     assert store.projector.db_path.stat().st_ino != old
     names = sorted(p.name for p in store.root.iterdir())
-    # (the cursor snapshot is a projection too: rewritten by the rebuild)
-    assert names == ["blobs", "cursors.json", "log", "projections.duckdb", "store.json"]
+    # (the cursor snapshot and the full-text index are projections too: rewritten by
+    # the rebuild)
+    assert names == [
+        "blobs",
+        "cursors.json",
+        "fulltext.sqlite",
+        "log",
+        "projections.duckdb",
+        "store.json",
+    ]
 
 
 def test_compact_purge_on_the_command_line(
