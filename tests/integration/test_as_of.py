@@ -147,3 +147,14 @@ def test_what_a_killed_build_of_the_past_left_is_removed_at_the_next_open(
         (cache / name).write_bytes(b"secret salary list")
     MessageStore.open(root).close()
     assert sorted(p.name for p in cache.iterdir()) == [f"asof-{then}.duckdb"]
+
+
+def test_full_text_terms_are_refused_as_of_an_earlier_event(
+    capsys: pytest.CaptureFixture[str], history: tuple[Path, int, datetime]
+) -> None:
+    """The full-text index is kept for the present only: a word asked of the past
+    is a usage error (exit 2, saying why), never an answer from today's text."""
+    root, then, _ = history
+    code, _, err = run(capsys, root, "search", "salary", "--as-of", str(then))
+    assert code == 2 and "full-text" in err
+    assert _ids(capsys, root, "--as-of", str(then)) == {"a.1@x", "a.2@x"}

@@ -228,3 +228,18 @@ def test_progress_counts_the_messages_out_of_the_matches(filled: Path, tmp_path:
             store, compile_query(parse("from:ada", now=NOW)), "mbox", tmp_path / "a", progress=rec
         )
     assert rec.told == [(4, f"export mbox {tmp_path / 'a'}")] and rec.done == 4
+
+
+def test_export_of_a_full_text_query_writes_the_messages_whose_body_matches(
+    filled: Path, tmp_path: Path
+) -> None:
+    """Words and phrases read the full-text index: an export of them writes the
+    messages whose text matches, page by page, as a search lists them."""
+    dest = tmp_path / "quoted.mbox"
+    with MessageStore.open(filled, clock=StepClock(), run_id="x") as store:
+        plan = compile_query(parse('"from quoted"', now=NOW))
+        assert plan.text  # (the full-text index answers it)
+        listed = set(store.search(plan, "messages").column("message_id").to_pylist())
+        report = export(store, plan, "mbox", dest, page=1)
+    assert listed == {"from-lines@example.org"} and report.messages == 1
+    assert [raw for _, raw in iter_mbox(dest, mboxrd=True)] == [MESSAGES["from-lines"]]
