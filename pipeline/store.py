@@ -331,11 +331,12 @@ class MessageStore:
         """Problems found: log damage, missing or corrupt blobs, projections that drifted."""
         return upkeep.verify(self, blobs=blobs, progress=progress)
 
-    def reindex(self, *, progress: Progress = NO_PROGRESS) -> int:
-        """Rebuild every projection from the log (= ``mailledger replay``); returns last seq."""
+    def reindex(self, *, progress: Progress = NO_PROGRESS, text: bool = False) -> int:
+        """Rebuild every projection from the log (= ``mailledger replay``; ``text``:
+        the full-text index too, from the blobs); returns last seq."""
         told = progress is not NO_PROGRESS
         on_phase = (lambda label: progress.start(None, label, unit=None)) if told else None
-        return self.projector.reindex(on_phase=on_phase)
+        return self.projector.reindex(on_phase=on_phase, text=text)
 
     def compact(self, target_rows: int = 100_000) -> tuple[int, int]:
         """Merge small log files; returns (files before, files after)."""

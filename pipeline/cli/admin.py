@@ -75,7 +75,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         t0 = time.perf_counter()
         try:  # (bulk SQL: each phase is shown, with the time it has taken)
-            last = store.reindex(progress=progress)
+            last = store.reindex(progress=progress, text=args.text)
         finally:
             progress.close()
         took = time.perf_counter() - t0
@@ -162,6 +162,13 @@ def add_replay(subs: Any) -> None:
         "mailledger replay",
     )
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--text",
+        action="store_true",
+        help="rebuild the full-text index too, every message's text extracted again from"
+        " the blobs (minutes for a large store; without it the index is rebuilt only when"
+        " missing, made by another version or out of step, else brought up to the replay)",
+    )
 
 
 def add_delete(subs: Any) -> None:

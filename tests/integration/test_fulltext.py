@@ -87,7 +87,7 @@ def test_each_fold_updates_the_index_and_equals_a_replay(
 
     folded = _fingerprint(store)
     assert store.verify(blobs=False) == []
-    store.reindex()
+    store.reindex(text=True)
     assert _fingerprint(store) == folded  # incremental == replay
     assert _ids(store, f"{token}body") == {kept, again}
 
@@ -126,7 +126,7 @@ def test_a_replay_builds_a_new_file_and_keeps_the_old_on_failure(
 
     monkeypatch.setattr(fulltext, "_swap_in", fail)
     with pytest.raises(RuntimeError):
-        store.reindex()
+        store.reindex(text=True)
     monkeypatch.undo()
     assert _fingerprint(store) == before
     assert not list(store.root.glob("fulltext.sqlite.rebuild*"))
@@ -178,7 +178,7 @@ def test_an_unreadable_blob_is_indexed_without_text_and_removed_exactly(
     assert isinstance(fulltext, FullText)
     sha = store.get(mid)["sha256"]  # type: ignore[index]
     store.blobs.delete(sha)
-    store.reindex()  # the replay still succeeds
+    store.reindex(text=True)  # the replay still succeeds
     assert _ids(store, f"{token}body") == set()
     assert store.delete(mid)
     with fulltext.connection() as con:
@@ -203,16 +203,43 @@ def test_a_large_build_extracts_in_worker_processes_as_the_writer_would(
         return submit(self, fn, *args, **kw)
 
     monkeypatch.setattr(ProcessPoolExecutor, "submit", counting)
-    store.reindex()
+    store.reindex(text=True)
     monkeypatch.undo()
     assert len(submitted) == 6  # about 1,300 messages, 256 a chunk: all to the workers
     fulltext = store.projector.fulltext
     assert fulltext is not None
     pooled = _fingerprint(store)
     fulltext.workers = 1  # the same build in this process only
-    store.reindex()
+    store.reindex(text=True)
     assert _fingerprint(store) == pooled
     with fulltext.connection() as con:
         stored = len(store.message_ids())  # (the generator repeats a few ids)
         assert stored > 1_250
         assert list(con.execute("SELECT count(*) FROM docs")) == [(stored,)]
+
+
+def test_a_plain_replay_keeps_an_index_in_step_and_rebuilds_a_missing_one(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The text's rebuild reads every blob again (ten times a DuckDB replay): a
+    replay brings an index in step along instead, and rebuilds it only when it is
+    missing (or of another version), or when asked (``replay --text``)."""
+    import_maildir(store, FIXTURES / "maildir")
+    fulltext = store.projector.fulltext
+    assert fulltext is not None
+    before = _fingerprint(store)
+    rebuilt: list[int] = []
+    rebuild = FullText.rebuild
+
+    def counting(self: FullText, duck: Any) -> int:
+        rebuilt.append(1)
+        return rebuild(self, duck)
+
+    monkeypatch.setattr(FullText, "rebuild", counting)
+    store.reindex()
+    assert rebuilt == [] and _fingerprint(store) == before
+    (store.root / "fulltext.sqlite").unlink()
+    store.reindex()
+    assert rebuilt == [1] and _fingerprint(store) == before
+    store.reindex(text=True)
+    assert rebuilt == [1, 1] and _fingerprint(store) == before
