@@ -361,6 +361,35 @@ def _naive_retry_doubles(root: Path) -> tuple[int, int, float]:
     return once, DeltaTable(uri).count(), check_ms
 
 
+_PROBE = """
+import sys
+import pyarrow.fs as fs
+from deltalake import DeltaTable
+uri, mode = sys.argv[1], sys.argv[2]
+kw = {"filesystem": fs.SubTreeFileSystem(uri, fs.LocalFileSystem())} if mode == "native" else {}
+print(DeltaTable(uri).to_pyarrow_dataset(**kw).head(10).num_rows)
+"""
+
+
+def exit_probe(uri: str, runs: int) -> dict[str, list[str]]:
+    """Exit statuses of processes that read the head of the table through
+    ``to_pyarrow_dataset()`` and exit: with deltalake's own filesystem (a Python
+    ``PyFileSystem`` over delta-rs, Arrow's I/O threads call back into it) and with
+    pyarrow's native local filesystem. A status of 139 or 134, or a hang, is the
+    at-exit death."""
+    out: dict[str, list[str]] = {}
+    for mode in ("deltalake-fs", "native"):
+        for _ in range(runs):
+            cmd = [sys.executable, "-c", _PROBE, uri, mode]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, timeout=30, check=False)
+                status = str(proc.returncode)
+            except subprocess.TimeoutExpired:
+                status = "hang"
+            out.setdefault(mode, []).append(status)
+    return out
+
+
 def _create(uri: str) -> None:
     from deltalake import DeltaTable
 
@@ -410,6 +439,12 @@ def run(args: argparse.Namespace) -> int:
         f"txn version twice); the guarded retry's check (open + transaction_version) took "
         f"{check_ms:.0f} ms"
     )
+    if args.exit_probe:
+        statuses = exit_probe(uri, args.exit_probe)
+        print(
+            "at-exit probe (head() of to_pyarrow_dataset, then exit): "
+            + "; ".join(f"{mode}: {' '.join(st)}" for mode, st in statuses.items())
+        )
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     for p in problems:
@@ -530,6 +565,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=3.0, help="seconds for the writers to load")
     ap.add_argument("--data", help="directory for the table (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the table afterwards")
+    ap.add_argument("--exit-probe", type=int, default=3, help="runs of each at-exit probe")
     ap.add_argument("--in-process", action="store_true", help="be the measured run itself")
     args = ap.parse_args(argv)
     if args.in_process:
