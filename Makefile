@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STORE  ?= $(or $(MAILLEDGER_STORE),$(CURDIR)/demo-store)
 
-.PHONY: venv demo test replay bench bench-scale lint torture interop man clean
+.PHONY: venv demo test replay bench bench-scale delta-spike lint torture interop man clean
 
 $(BIN)/mailledger: pyproject.toml
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "python3 -m venv is missing: apt-get install -y python3-venv" >&2; exit 2; }
@@ -47,6 +47,15 @@ bench-scale: venv
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dovecot-imapd dovecot-pop3d) >/dev/null 2>&1 || true; \
 	fi
 	$(BIN)/python -m bench.scale $(SCALE_ARGS)
+
+# Issue 16, gate 1: 8 spawned writer processes append 2,000 commits to one local Delta
+# table (bench/delta_spike.py; docs/delta-spike.md has the figures). deltalake is not a
+# product dependency: it is pip-installed into the venv here when missing.
+# DELTA_SPIKE_ARGS="--commits 200" for a quick one.
+DELTALAKE ?= deltalake==1.6.6
+delta-spike: venv
+	@$(BIN)/python -c "import deltalake" 2>/dev/null || $(BIN)/pip install -q '$(DELTALAKE)'
+	$(BIN)/python -m bench.delta_spike $(DELTA_SPIKE_ARGS)
 
 # The reliability campaigns (RELIABILITY.md): crash (>= 500 kill -9 trials), network faults,
 # server anomalies, hostile mail, storage faults, erasure, secrets. Runs as root for the
