@@ -55,17 +55,25 @@ class Prepared(NamedTuple):
     error: str | None = None
 
 
-_blob_stores: dict[str, BlobStore] = {}
+_blob_stores: dict[tuple[str, int, int], BlobStore] = {}
 _PENDING_BYTES = 16 << 20
 
 
 def blobs_at(root: str) -> BlobStore:
     """This process's writer for the blob store at ``root`` (kept across chunks for
-    its index of the packs it has read; one store at a time)."""
-    blobs = _blob_stores.get(root)
+    its index of the packs it has read; one store at a time). Kept for that very
+    directory only: a store removed and made again at the same path (a test's, a
+    scratch store) is another store, and the kept writer's idea of which blobs
+    are already stored would skip writing bodies the new one lacks."""
+    try:
+        st = os.stat(root)
+        key = (root, st.st_dev, st.st_ino)
+    except FileNotFoundError:
+        key = (root, -1, -1)
+    blobs = _blob_stores.get(key)
     if blobs is None:
         _blob_stores.clear()
-        blobs = _blob_stores[root] = BlobStore(Path(root))
+        blobs = _blob_stores[key] = BlobStore(Path(root))
     return blobs
 
 

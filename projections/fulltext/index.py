@@ -217,7 +217,7 @@ class FullText:
 
     def _add(self, con: apsw.Connection, rows: Iterable[Item]) -> None:
         """Index the messages ``rows`` (by the workers when there are many)."""
-        for chunk in extracted(self.blobs.root, rows, self.workers):
+        for chunk in extracted(self.blobs, rows, self.workers):
             con.executemany(_INSERT, [(item[0], *row) for item, row in chunk if row is not None])
             con.executemany(
                 "INSERT INTO docs VALUES (?, ?, ?, ?)",

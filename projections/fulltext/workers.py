@@ -35,7 +35,9 @@ _INLINE_BELOW = 1_000  # fewer messages than this: extracted here (starting work
 
 @functools.lru_cache(maxsize=2)
 def _blobs(root: str) -> BlobStore:
-    """The blob store a worker reads (opened once per process)."""
+    """The blob store a worker process reads (opened once per worker: a pool lives
+    for one build). Never used in the writer's own process, whose store a purge
+    may rewrite between two builds (a cached one would read packs gone since)."""
     return BlobStore(Path(root))
 
 
@@ -51,21 +53,25 @@ def text_row(blobs: BlobStore, sha: str) -> Row | None:
     return extract(raw).row()
 
 
-def _extract_chunk(root: str, items: Sequence[Item]) -> Extracted:
-    blobs = _blobs(root)
+def _extract_with(blobs: BlobStore, items: Sequence[Item]) -> Extracted:
     return [(item, text_row(blobs, item[2])) for item in items]
 
 
-def extracted(root: Path, items: Iterable[Item], workers: int) -> Iterator[Extracted]:
+def _extract_chunk(root: str, items: Sequence[Item]) -> Extracted:
+    return _extract_with(_blobs(root), items)
+
+
+def extracted(blobs: BlobStore, items: Iterable[Item], workers: int) -> Iterator[Extracted]:
     """The extracted text of each message of ``items``, in their order, chunk by
     chunk: by ``workers`` processes when there are many (forkserver: this
-    process may hold DuckDB threads a forked child must not inherit), else here."""
-    where = str(root)
+    process may hold DuckDB threads a forked child must not inherit), else here,
+    from ``blobs`` (the caller's own store, as it stands now)."""
+    where = str(blobs.root)
     chunks = _chunks(iter(items))
     first = list(itertools.islice(chunks, -(-_INLINE_BELOW // _CHUNK)))
     if sum(len(c) for c in first) < _INLINE_BELOW or workers <= 1:
         for chunk in itertools.chain(first, chunks):
-            yield _extract_chunk(where, chunk)
+            yield _extract_with(blobs, chunk)
         return
     ctx = multiprocessing.get_context("forkserver")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:

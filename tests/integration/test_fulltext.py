@@ -5,6 +5,7 @@ text gone from its files (then a purge leaves no byte of it in the store)."""
 from __future__ import annotations
 
 import secrets
+import shutil
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -243,3 +244,25 @@ def test_a_plain_replay_keeps_an_index_in_step_and_rebuilds_a_missing_one(
     assert rebuilt == [1] and _fingerprint(store) == before
     store.reindex(text=True)
     assert rebuilt == [1, 1] and _fingerprint(store) == before
+
+
+def test_a_store_made_again_at_the_same_place_has_its_text_read_from_its_own_blobs(
+    tmp_path: Path,
+) -> None:
+    """A store removed and made again at the same path, in one process, with the
+    same mail: the import writes every body into the new store (a writer kept from
+    the old one believed them stored and skipped them: bodies lost, and their text
+    unread), and the text is read through the store's own blob store."""
+    root = tmp_path / "store"
+    token = secrets.token_hex(6)  # (the same mail both times: the same sha256, other packs)
+    for round_ in range(2):
+        mail = tmp_path / f"mail{round_}" / "cur"
+        mail.mkdir(parents=True)
+        for n in (1, 2, 3):  # (imported: their bodies share a pack)
+            (mail / f"{n}:2,S").write_bytes(_message(token, n))
+        with MessageStore.open(root, clock=StepClock(), run_id=f"r{round_}") as store:
+            import_maildir(store, mail.parent, workers=0)
+            found = _ids(store, f"{token}body")
+            assert found == {f"canary-{n}.{token}@people.example" for n in (1, 2, 3)}, round_
+            assert store.verify() == []
+        shutil.rmtree(root)
