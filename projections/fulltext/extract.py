@@ -68,13 +68,19 @@ def html_to_text(html: str) -> str:
     return root.text(separator=" ", strip=True) if root is not None else ""
 
 
+# A header's first this many characters are indexed: the standard library's RFC 2047
+# decoding is worse than linear on a hostile header of megabytes (the hostile-mail
+# campaign held one extraction for minutes), and no one searches past this.
+_HEADER_CHARS = 16_384
+
+
 def _header_text(value: object) -> str:
     """A header value with its RFC 2047 words decoded (as written when they are broken)."""
     if value is None:
         return ""
     if isinstance(value, email.header.Header):  # (8-bit bytes in the header)
         return "".join(_eight_bit(b, c) for b, c in email.header.decode_header(value))
-    text = _raw_utf8(str(value))
+    text = _raw_utf8(str(value)[:_HEADER_CHARS])
     try:
         return str(email.header.make_header(email.header.decode_header(text)))
     except (ValueError, LookupError, UnicodeError, email.errors.HeaderParseError):

@@ -50,7 +50,11 @@ def text_row(blobs: BlobStore, sha: str) -> Row | None:
     except (MailledgerError, OSError) as exc:
         log.warning("full-text index: blob %s not read: %s", sha, exc)
         return None
-    return extract(raw).row()
+    # (lone surrogates, which hostile bytes can leave, are no text SQLite can store:
+    # each becomes U+FFFD, the same way for the text a removal gives again)
+    return tuple(
+        v.encode("utf-8", "surrogatepass").decode("utf-8", "replace") for v in extract(raw).row()
+    )  # type: ignore[return-value]
 
 
 def _extract_with(blobs: BlobStore, items: Sequence[Item]) -> Extracted:
