@@ -156,14 +156,17 @@ class Projector:
 
     def read_text(self, fn: Callable[..., _T], plan: Any, *args: Any) -> _T:
         """``fn(reader, plan, *args)`` within one hold, given ``text=`` the full-text
-        index (brought up to the projections first) when the search ``plan`` reads it."""
+        index (brought up to the projections first) when the search ``plan`` reads it.
+        Both cores: a search scans columns of every message (a sender's 4,300 hits
+        at 1,000,000 messages: 122 ms on one thread, 64 ms on two)."""
         with self.hold():
             con = self.reader()
-            if not plan.text or self.fulltext is None:
-                return fn(con, plan, *args)
-            self.fulltext.sync(con)
-            with self.fulltext.connection() as text:
-                return fn(con, plan, *args, text=text)
+            with db.all_threads(con):
+                if not plan.text or self.fulltext is None:
+                    return fn(con, plan, *args)
+                self.fulltext.sync(con)
+                with self.fulltext.connection() as text:
+                    return fn(con, plan, *args, text=text)
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """Run SQL over the projections and the ``events`` view of the log."""

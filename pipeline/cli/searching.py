@@ -86,6 +86,13 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"query: {explain(tree)}")
         for note in plan.notes:
             print(f"  - {note}")
+        if args.sort == "relevance" and not plan.text:
+            print("  - --sort=relevance: no words or phrases to rank by; newest first")
+        elif plan.drive is not None and args.limit is not None and args.sort != "relevance":
+            print(
+                f"  - a page: {plan.drive}'s matches read a date window at a time from the"
+                f" {args.sort} end, until the page is full"
+            )
         print(search_sql(plan, args.output, args.sort, args.limit, args.offset))
         return EXIT_OK
     with open_store(args) as store, as_of(args, store) as then:
@@ -192,7 +199,13 @@ def add_search(subs: Any) -> None:
         default="text",
         help="text, json, ids (a Message-ID or thread id a line), text0 (ids, NUL-separated)",
     )
-    p.add_argument("--sort", choices=("newest", "oldest"), default="newest")
+    p.add_argument(
+        "--sort",
+        choices=("newest", "oldest", "relevance"),
+        default="newest",
+        help="relevance: FTS5's bm25 over the query's words and phrases (a subject word"
+        " counts four times a body word), then newest; a query without text: newest",
+    )
     p.add_argument("--limit", type=int, default=None, metavar="N")
     p.add_argument("--offset", type=int, default=0, metavar="N")
     p.add_argument(

@@ -8,8 +8,10 @@ table over the text of every stored message, kept in step with ``messages``.
 - ``secure-delete``: a removed message's terms are overwritten in place, and
   ``PRAGMA secure_delete`` zeroes freed pages; after a WAL checkpoint its bytes
   are in no file of the index (the erasure campaign's byte search checks it).
-- The rowid of a message is its winning seq (``messages.seq``): stable, in
-  arrival order, so "newest first" reads the doclist backwards.
+- The rowid of a message (its key, ``queries.fulltext.doc_key``) orders it by
+  date: "the newest 50 matches" read 50 doclist entries backwards, however many
+  messages match. ``docs`` maps each key to the message's winning seq
+  (``messages.seq``).
 - It follows ``messages``: ``sync`` reads which messages won or went since the
   seq it holds and adds or removes those; ``rebuild`` writes a new file beside
   it from every stored message and renames it in place (a killed rebuild leaves
@@ -30,7 +32,9 @@ import duckdb
 
 from projections.fulltext.workers import Item, extracted, text_row
 from projections.queries.fulltext import (
+    doc_key,
     held_docs,
+    taken_keys,
     text_fingerprint,
     winners,
     winners_after,
@@ -47,15 +51,15 @@ log = logging.getLogger("mailledger.store")
 # version is rebuilt (its removals would not find the text it was given).
 # ``docs.has_text`` is 0 for a message whose blob could not be read when it was
 # indexed (it was given no text, so its removal gives none either).
-TEXT_VERSION = 1
+TEXT_VERSION = 2
 COLUMNS = ("subject", "body", "names", "filenames", "flags")
 
 _SCHEMA = f"""
 CREATE VIRTUAL TABLE text USING fts5({", ".join(COLUMNS)}, content='',
     tokenize='unicode61 remove_diacritics 2');
 CREATE TABLE docs (
-    seq INTEGER PRIMARY KEY, message_id TEXT NOT NULL, sha256 TEXT NOT NULL,
-    has_text INTEGER NOT NULL
+    key INTEGER PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, message_id TEXT NOT NULL,
+    sha256 TEXT NOT NULL, has_text INTEGER NOT NULL
 );
 CREATE INDEX docs_message_id ON docs(message_id);
 CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -115,8 +119,25 @@ def _stored(duck: duckdb.DuckDBPyConnection) -> Iterator[Item]:
             batch.column(0).to_pylist(),
             batch.column(1).to_pylist(),
             batch.column(2).to_pylist(),
+            batch.column(3).to_pylist(),
             strict=True,
         )
+
+
+def _keys(con: apsw.Connection, items: list[Item]) -> list[int]:
+    """The key of each message of ``items``: its first key, or the next free one
+    after it when a document (or an earlier item) has it already."""
+    first = [doc_key(item[0], item[3]) for item in items]
+    taken = taken_keys(con, first)
+    keys: list[int] = []
+    for key in first:
+        while key in taken:
+            key += 1
+            if key not in taken:
+                taken |= taken_keys(con, [key])
+        taken.add(key)
+        keys.append(key)
+    return keys
 
 
 class FullText:
@@ -178,12 +199,12 @@ class FullText:
         any was removed."""
         new = winners_after(duck, held)
         gone_ids = self._deleted_ids(held, target)
-        docs = held_docs(con, {m for _, m, _ in new} | gone_ids)
-        still = winners_of(duck, gone_ids - {m for _, m, _ in new})
+        docs = held_docs(con, {item[1] for item in new} | gone_ids)
+        still = winners_of(duck, gone_ids - {item[1] for item in new})
         removed = False
-        for message_id, (seq, sha, has_text) in docs.items():
+        for message_id, (key, seq, sha, has_text) in docs.items():
             if still.get(message_id, -1) != seq:
-                self._remove(con, seq, sha, has_text)
+                self._remove(con, key, sha, has_text)
                 removed = True
         self._add(con, new)
         _set_meta(con, "applied_seq", target)
@@ -205,23 +226,30 @@ class FullText:
             if t == "message-deleted" and s <= upto and m is not None
         }
 
-    def _remove(self, con: apsw.Connection, seq: int, sha: str, has_text: bool) -> None:
+    def _remove(self, con: apsw.Connection, key: int, sha: str, has_text: bool) -> None:
         row = text_row(self.blobs, sha) if has_text else None
         if row is not None:
-            con.execute(_DELETE, (seq, *row))
+            con.execute(_DELETE, (key, *row))
         elif has_text:
-            # without its exact text FTS5 cannot take the document out: the seq no
-            # longer names a stored message, so searches skip it; a rebuild drops it
-            log.warning("full-text index: the message at seq %d was not removed", seq)
-        con.execute("DELETE FROM docs WHERE seq = ?", (seq,))
+            # without its exact text FTS5 cannot take the document out: the key no
+            # longer names a document, so searches skip it; a rebuild drops it
+            log.warning("full-text index: the document of key %d was not removed", key)
+        con.execute("DELETE FROM docs WHERE key = ?", (key,))
 
     def _add(self, con: apsw.Connection, rows: Iterable[Item]) -> None:
         """Index the messages ``rows`` (by the workers when there are many)."""
         for chunk in extracted(self.blobs, rows, self.workers):
-            con.executemany(_INSERT, [(item[0], *row) for item, row in chunk if row is not None])
+            keys = _keys(con, [item for item, _ in chunk])
             con.executemany(
-                "INSERT INTO docs VALUES (?, ?, ?, ?)",
-                [(*item, row is not None) for item, row in chunk],
+                _INSERT,
+                [(key, *row) for key, (_, row) in zip(keys, chunk, strict=True) if row is not None],
+            )
+            con.executemany(
+                "INSERT INTO docs VALUES (?, ?, ?, ?, ?)",
+                [
+                    (key, item[0], item[1], item[2], row is not None)
+                    for key, (item, row) in zip(keys, chunk, strict=True)
+                ],
             )
 
     # -- rebuilding -----------------------------------------------------------------

@@ -21,8 +21,9 @@ __all__ = ["Extracted", "Item", "Row", "extracted", "text_row"]
 
 log = logging.getLogger("mailledger.store")
 
-Item = tuple[int, str, str]
-"""``(seq, message_id, sha256)`` of a stored message."""
+Item = tuple[int, str, str, int | None]
+"""``(seq, message_id, sha256, date)`` of a stored message (its date in whole
+seconds since the epoch, None when undated)."""
 Row = tuple[str, str, str, str, str]
 """The index's column values for a message (``MessageText.row``)."""
 Extracted = list[tuple[Item, Row | None]]

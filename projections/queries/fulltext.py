@@ -13,8 +13,17 @@ import duckdb
 import pyarrow as pa
 
 __all__ = [
+    "DATED",
+    "SECOND",
+    "UNDATED",
+    "doc_key",
     "held_docs",
+    "match_edge",
+    "match_ranked",
     "match_seqs",
+    "match_window",
+    "second_start",
+    "taken_keys",
     "text_fingerprint",
     "winners",
     "winners_after",
@@ -22,20 +31,28 @@ __all__ = [
 ]
 
 
+# a message's date in whole seconds since the epoch (floored: before 1970 too)
+_SECONDS = "CAST(floor(epoch(date_utc)) AS BIGINT)"
+
+
 def winners(con: duckdb.DuckDBPyConnection) -> pa.RecordBatchReader:
-    """``seq``, ``message_id``, ``sha256`` of every stored message, seq order, streamed."""
-    return con.sql("SELECT seq, message_id, sha256 FROM messages ORDER BY seq").to_arrow_reader(
-        1 << 14
-    )
+    """``seq``, ``message_id``, ``sha256``, ``date`` (whole seconds) of every stored
+    message, seq order, streamed."""
+    return con.sql(
+        f"SELECT seq, message_id, sha256, {_SECONDS} FROM messages ORDER BY seq"
+    ).to_arrow_reader(1 << 14)
 
 
-def winners_after(con: duckdb.DuckDBPyConnection, seq: int) -> list[tuple[int, str, str]]:
-    """``(seq, message_id, sha256)`` of the stored messages whose winning event
-    is after ``seq``, in seq order."""
+def winners_after(
+    con: duckdb.DuckDBPyConnection, seq: int
+) -> list[tuple[int, str, str, int | None]]:
+    """``(seq, message_id, sha256, date)`` of the stored messages whose winning
+    event is after ``seq``, in seq order."""
     rows = con.execute(
-        "SELECT seq, message_id, sha256 FROM messages WHERE seq > ? ORDER BY seq", [seq]
+        f"SELECT seq, message_id, sha256, {_SECONDS} FROM messages WHERE seq > ? ORDER BY seq",
+        [seq],
     ).fetchall()
-    return [(int(s), str(m), str(h)) for s, m, h in rows]
+    return [(int(s), str(m), str(h), None if d is None else int(d)) for s, m, h, d in rows]
 
 
 def winners_of(con: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> dict[str, int]:
@@ -55,22 +72,99 @@ def winners_of(con: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> dict[str, 
     return {str(m): int(s) for m, s in rows}
 
 
-def held_docs(text: apsw.Connection, ids: Iterable[str]) -> dict[str, tuple[int, str, bool]]:
-    """``message_id -> (seq, sha256, has_text)`` of the documents the index holds
-    for ``ids``."""
-    found: dict[str, tuple[int, str, bool]] = {}
+def held_docs(text: apsw.Connection, ids: Iterable[str]) -> dict[str, tuple[int, int, str, bool]]:
+    """``message_id -> (key, seq, sha256, has_text)`` of the documents the index
+    holds for ``ids``."""
+    found: dict[str, tuple[int, int, str, bool]] = {}
     for message_id in set(ids):
-        for seq, sha, has_text in text.execute(
-            "SELECT seq, sha256, has_text FROM docs WHERE message_id = ?", (message_id,)
+        for key, seq, sha, has_text in text.execute(
+            "SELECT key, seq, sha256, has_text FROM docs WHERE message_id = ?", (message_id,)
         ):
-            found[message_id] = (int(seq), str(sha), bool(has_text))
+            found[message_id] = (int(key), int(seq), str(sha), bool(has_text))
     return found
 
 
+def taken_keys(text: apsw.Connection, keys: Iterable[int]) -> set[int]:
+    """Which of ``keys`` already name a document."""
+    wanted = sorted(set(keys))
+    if not wanted:
+        return set()
+    marks = ",".join("?" * len(wanted))
+    return {int(k) for (k,) in text.execute(f"SELECT key FROM docs WHERE key IN ({marks})", wanted)}
+
+
+# -- document keys --------------------------------------------------------------
+# A document's rowid (its key) orders the index by date: the date's whole seconds
+# times 2**24, plus the seq modulo 2**24 (a later key within the second when two
+# messages of one second would share it: a store of more than 16 million
+# events). FTS5 reads a doclist in rowid order, so "the newest 50 matches" read
+# 50 entries from the end, not every match. Undated messages sit below every
+# dated one. ``docs`` maps a key to the message's seq (its row in ``messages``).
+SECOND = 1 << 24
+UNDATED = -(1 << 62)  # undated keys: UNDATED + seq
+DATED = -(1 << 61)  # every dated key is at or above this
+_DATE_LIMIT = (1 << 37) - 1  # seconds (about 4,300 years either side of 1970)
+
+
+def doc_key(seq: int, date: int | None) -> int:
+    """The first key a message of ``seq`` dated ``date`` (whole seconds) may take."""
+    if date is None:
+        return UNDATED + seq
+    return max(-_DATE_LIMIT, min(date, _DATE_LIMIT)) * SECOND + seq % SECOND
+
+
+def second_start(key: int) -> int:
+    """The lowest key of the second ``key`` falls in (for an undated key: the
+    lowest undated key)."""
+    return UNDATED if key < DATED else key - key % SECOND
+
+
+# a match joined to its document (FTS5 first: it drives, docs is read by key)
+_MATCHED = "FROM text CROSS JOIN docs d ON d.key = text.rowid WHERE text MATCH ?"
+
+
 def match_seqs(text: apsw.Connection, expression: str) -> list[int]:
-    """The seq (rowid) of every document matching the FTS5 ``expression``."""
-    rows = text.execute("SELECT rowid FROM text WHERE text MATCH ?", (expression,))
+    """The seq of every document matching the FTS5 ``expression``."""
+    rows = text.execute(f"SELECT d.seq {_MATCHED}", (expression,))
     return [int(r[0]) for r in rows]
+
+
+def match_ranked(
+    text: apsw.Connection, expression: str, weights: Iterable[float]
+) -> list[tuple[int, float]]:
+    """``(seq, score)`` of every document matching ``expression``: FTS5's bm25 with
+    the columns weighted by ``weights`` (lower is better)."""
+    spelled = ", ".join(f"{float(w)!r}" for w in weights)
+    rows = text.execute(f"SELECT d.seq, bm25(text, {spelled}) {_MATCHED}", (expression,))
+    return [(int(seq), float(score)) for seq, score in rows]
+
+
+def match_window(
+    text: apsw.Connection, expression: str, low: int, high: int
+) -> list[tuple[int, int, str]]:
+    """``(key, seq, message_id)`` of the documents matching ``expression`` whose
+    key is in ``[low, high)``."""
+    rows = text.execute(
+        f"SELECT text.rowid, d.seq, d.message_id {_MATCHED} AND text.rowid >= ? AND text.rowid < ?",
+        (expression, low, high),
+    )
+    return [(int(k), int(s), str(m)) for k, s, m in rows]
+
+
+def match_edge(
+    text: apsw.Connection, expression: str, newest: bool, beyond: int, count: int
+) -> int | None:
+    """The key of the ``count``-th document matching ``expression`` going from
+    key ``beyond`` (not included) towards older (``newest``) or newer keys;
+    the last one when fewer match, None when none does."""
+    if newest:
+        sql = "SELECT rowid FROM text WHERE text MATCH ? AND rowid < ? ORDER BY rowid DESC"
+    else:
+        sql = "SELECT rowid FROM text WHERE text MATCH ? AND rowid > ? ORDER BY rowid"
+    last = None
+    for (key,) in text.execute(f"{sql} LIMIT ?", (expression, beyond, count)):
+        last = int(key)
+    return last
 
 
 def text_fingerprint(text: apsw.Connection) -> dict[str, Any]:

@@ -1,6 +1,12 @@
-"""``search``: a compiled query (``search_sql``) run as one DuckDB query over
-the projections, shaped as the command prints it: the matching messages, their
-threads, or a count."""
+"""``search``: a compiled query (``search_sql``) run over the projections, shaped
+as the command prints it: the matching messages, their threads, or a count.
+
+A page of messages (``--limit``) is read in two steps, so that its cost follows
+the page, not the matches: first the ids of the page in order (for a query of
+the full-text index, a date window of the index at a time, newest or oldest
+first, until the page is full: the index is keyed by date), then the columns of
+those ids alone, through the ``message_id`` index. Everything else is one DuckDB
+query over the whole match."""
 
 from __future__ import annotations
 
@@ -12,35 +18,55 @@ import apsw
 import duckdb
 import pyarrow as pa
 
-from projections.queries.fulltext import match_seqs
+from projections.lookup import rows_where_in
+from projections.queries.fulltext import (
+    DATED,
+    SECOND,
+    UNDATED,
+    match_edge,
+    match_ranked,
+    match_seqs,
+    match_window,
+    second_start,
+)
 from projections.queries.search_sql import SearchPlan
 
-__all__ = ["Output", "Sort", "export_page", "search_sql", "search_table"]
+__all__ = ["RANK_WEIGHTS", "Output", "Sort", "export_page", "search_sql", "search_table"]
 
 Output = Literal["summary", "messages", "threads", "count"]
-Sort = Literal["newest", "oldest"]
+Sort = Literal["newest", "oldest", "relevance"]
 
 # undated messages last whichever way, then by id: a stable order for --offset
 _ORDER = {
     "newest": "{d} DESC NULLS LAST, {i}",
     "oldest": "{d} ASC NULLS LAST, {i}",
+    # FTS5's bm25 summed over the query's text terms (lower is better), then newest
+    "relevance": "{r} ASC NULLS LAST, {d} DESC NULLS LAST, {i}",
 }
+RANK_WEIGHTS = (4.0, 1.0, 2.0, 2.0, 0.0)
+"""bm25's weight of each column of the index (subject, body, names, filenames,
+flags): a word in the subject counts four times one in the body."""
+_RANK = "_rank"  # the table of (seq, score) a relevance search reads
 
 _MESSAGES = (
-    "SELECT m.message_id, m.date_iso, m.from_addr, m.subject FROM messages m"
+    "SELECT m.message_id, m.date_iso, m.from_addr, m.subject FROM messages m{join}"
     " WHERE {where} ORDER BY {order}{page}"
 )
+_IDS = "SELECT m.message_id FROM messages m WHERE {where} ORDER BY {order}{page}"
+_SUMMARY = "message_id, date_iso, from_addr, subject"
+_PAGED = 1_000  # the largest page (limit + offset) read in two steps
+FIRST_WINDOW = 256  # matches of the first date window (at least twice the page)
 
 # One row per thread holding a match: how many of its messages match, how many
 # it stores, the newest (or oldest) match's date, and the subject of its first
 # stored message.
 _THREADS = """
 WITH hits AS (
-    SELECT n.thread_id, m.date_utc, m.date_iso FROM messages m
-    JOIN thread_nodes n ON n.message_id = m.message_id WHERE {where}
+    SELECT n.thread_id, m.date_utc, m.date_iso{score} FROM messages m
+    JOIN thread_nodes n ON n.message_id = m.message_id{join} WHERE {where}
 ), found AS (
     SELECT thread_id, count(*) AS matched, {pick}(date_utc) AS date_utc,
-           {pick_by}(date_iso, date_utc) AS date_iso
+           {pick_by}(date_iso, date_utc) AS date_iso, min(score) AS score
     FROM hits GROUP BY thread_id
 ), stored AS (
     SELECT n.thread_id, count(*) AS messages,
@@ -61,23 +87,35 @@ def search_sql(
     limit: int | None = None,
     offset: int = 0,
 ) -> str:
-    """The one query that answers ``plan`` as ``output`` asks."""
-    page = (f" LIMIT {int(limit)}" if limit is not None else "") + (
-        f" OFFSET {int(offset)}" if offset else ""
-    )
+    """The one query that answers ``plan`` as ``output`` asks (``relevance``: by
+    the ``_rank`` table of scores a search registers; a query with no text to
+    rank is sorted newest first)."""
+    page = _page(limit, offset)
     if output == "count":
         return f"SELECT count(*) AS count FROM messages m WHERE {plan.where}"
+    if sort == "relevance" and not plan.text:
+        sort = "newest"
+    ranked = sort == "relevance"
+    join = f" LEFT JOIN {_RANK} r ON r.seq = m.seq" if ranked else ""
     if output == "threads":
-        newest = sort == "newest"
+        oldest = sort == "oldest"
         return _THREADS.format(
             where=plan.where,
-            pick="max" if newest else "min",
-            pick_by="arg_max" if newest else "arg_min",
-            order=_ORDER[sort].format(d="f.date_utc", i="f.thread_id"),
+            join=join,
+            score=", r.score" if ranked else ", NULL::DOUBLE AS score",
+            pick="min" if oldest else "max",
+            pick_by="arg_min" if oldest else "arg_max",
+            order=_ORDER[sort].format(d="f.date_utc", i="f.thread_id", r="f.score"),
             page=page,
         ).strip()
-    order = _ORDER[sort].format(d="m.date_utc", i="m.message_id")
-    return _MESSAGES.format(where=plan.where, order=order, page=page)
+    order = _ORDER[sort].format(d="m.date_utc", i="m.message_id", r="r.score")
+    return _MESSAGES.format(join=join, where=plan.where, order=order, page=page)
+
+
+def _page(limit: int | None, offset: int) -> str:
+    return (f" LIMIT {int(limit)}" if limit is not None else "") + (
+        f" OFFSET {int(offset)}" if offset else ""
+    )
 
 
 def search_table(
@@ -94,28 +132,128 @@ def search_table(
     ``threads`` a row per thread (thread_id, matched, messages, date_iso,
     subject), for ``count`` one row holding the count. ``text``: the full-text
     index, caught up with ``con``, when the plan reads it."""
-    with _text_matches(con, plan, text):
+    paged = limit is not None and limit + offset <= _PAGED and sort != "relevance"
+    if paged and output in ("summary", "messages"):
+        assert limit is not None
+        if plan.drive is not None and text is not None:
+            ids = _by_windows(con, plan, text, sort == "newest", limit + offset)[offset:]
+        else:
+            order = _ORDER[sort].format(d="m.date_utc", i="m.message_id")
+            with _text_matches(con, plan, text):
+                sql = _IDS.format(where=plan.where, order=order, page=_page(limit, offset))
+                ids = [str(r[0]) for r in con.execute(sql).fetchall()]
+        return _rows_of(con, ids[:limit])
+    with _text_matches(con, plan, text, ranked=sort == "relevance"):
         return con.sql(search_sql(plan, output, sort, limit, offset)).to_arrow_table()
+
+
+def _rows_of(con: duckdb.DuckDBPyConnection, ids: list[str]) -> pa.Table:
+    """The summary columns of the messages ``ids``, in that order (read through
+    the ``message_id`` index: DuckDB plans an index scan for a list of literals)."""
+    if not ids:
+        empty = _MESSAGES.format(join="", where="false", order="m.message_id", page="")
+        return con.sql(empty).to_arrow_table()
+    table = rows_where_in(con, "messages", "message_id", ids, _SUMMARY)
+    at = {m: i for i, m in enumerate(table.column("message_id").to_pylist())}
+    return table.take(pa.array([at[m] for m in ids if m in at], pa.int64()))
+
+
+def _by_windows(
+    con: duckdb.DuckDBPyConnection,
+    plan: SearchPlan,
+    text: apsw.Connection,
+    newest: bool,
+    need: int,
+) -> list[str]:
+    """The ids of the first ``need`` matches of ``plan`` (fewer when fewer match),
+    newest (or oldest) first, undated last: read a window of the full-text
+    index's keys at a time (whole seconds: a window's matches all come before the
+    next window's), the driving text table's next matches first, four times as
+    many each window."""
+    drive = plan.text[plan.drive or ""]
+    found: list[str] = []
+    chunk = max(FIRST_WINDOW, 2 * need)
+    beyond = (1 << 63) - 1 if newest else DATED - 1  # (exclusive)
+    undated_done = False
+    while len(found) < need and not undated_done:
+        edge = match_edge(text, drive, newest, beyond, chunk)
+        if newest:
+            if edge is None:
+                break
+            low, high = second_start(edge), beyond
+            beyond = low
+            undated_done = low == UNDATED
+        elif edge is None or edge < DATED:  # the dated matches are read: the undated
+            low, high = UNDATED, DATED
+            undated_done = True
+        else:
+            low, high = beyond + 1, second_start(edge) + SECOND
+            beyond = high - 1
+        found += _window(con, plan, text, newest, low, high)
+        chunk *= 4
+    return found[:need]
+
+
+def _window(
+    con: duckdb.DuckDBPyConnection,
+    plan: SearchPlan,
+    text: apsw.Connection,
+    newest: bool,
+    low: int,
+    high: int,
+) -> list[str]:
+    """The ids of the matches whose full-text key is in ``[low, high)``, in order."""
+    if plan.only_text:  # the index's matches are the answer; the key gives the second
+        rows = match_window(text, plan.text[plan.drive or ""], low, high)
+        sign = -1 if newest else 1
+        rows.sort(key=lambda r: (sign * (r[0] // SECOND), r[2]))
+        return [m for _, _, m in rows]
+    for name, expression in plan.text.items():
+        seqs = [s for _, s, _ in match_window(text, expression, low, high)]
+        con.register(name, pa.table({"seq": pa.array(seqs, pa.int64())}))
+    try:
+        order = _ORDER["newest" if newest else "oldest"].format(d="m.date_utc", i="m.message_id")
+        sql = _IDS.format(where=plan.where, order=order, page="")
+        return [str(r[0]) for r in con.execute(sql).fetchall()]
+    finally:
+        for name in plan.text:
+            con.unregister(name)
 
 
 @contextlib.contextmanager
 def _text_matches(
-    con: duckdb.DuckDBPyConnection, plan: SearchPlan, text: apsw.Connection | None
+    con: duckdb.DuckDBPyConnection,
+    plan: SearchPlan,
+    text: apsw.Connection | None,
+    *,
+    ranked: bool = False,
 ) -> Iterator[None]:
     """The seqs each full-text term of ``plan`` matches, registered on ``con`` under
-    the names its SQL reads them by (none: the plan reads no text)."""
+    the names its SQL reads them by (none: the plan reads no text); ``ranked``:
+    also ``_rank``, each matching seq's bm25 summed over the terms it matches."""
     if not plan.text:
         yield
         return
     if text is None:
         raise ValueError("this plan reads the full-text index: pass its connection")
+    scores: dict[int, float] = {}
     for name, expression in plan.text.items():
-        seqs = pa.array(match_seqs(text, expression), pa.int64())
+        if ranked:
+            matched = match_ranked(text, expression, RANK_WEIGHTS)
+            for seq, score in matched:
+                scores[seq] = scores.get(seq, 0.0) + score
+            seqs = pa.array([seq for seq, _ in matched], pa.int64())
+        else:
+            seqs = pa.array(match_seqs(text, expression), pa.int64())
         con.register(name, pa.table({"seq": seqs}))
+    names = [*plan.text, *([_RANK] if ranked else [])]
+    if ranked:
+        rank = {"seq": pa.array(list(scores), pa.int64()), "score": list(scores.values())}
+        con.register(_RANK, pa.table(rank))
     try:
         yield
     finally:
-        for name in plan.text:
+        for name in names:
             con.unregister(name)
 
 

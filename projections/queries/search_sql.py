@@ -84,14 +84,32 @@ class SearchPlan:
     text: dict[str, str] = field(default_factory=dict)
     """The full-text matches the condition reads: table name -> FTS5 expression
     (the table holds one column, ``seq``, of the matching messages)."""
+    drive: str | None = None
+    """A text table every match must be in, when every text table is read by
+    ``m`` itself (none in a ``thread:{…}``): a search may then read the matches
+    a date window at a time, newest (or oldest) first, and stop when it has a
+    page (``queries.search``)."""
+    only_text: bool = False
+    """The condition is ``drive``'s alone (a query of words and phrases): its
+    matches are the index's, with no other condition to test."""
 
 
 def compile_query(tree: Query) -> SearchPlan:
     """Return the plan of ``tree``; a ``UsageError`` names a term that holds
     nothing to search for."""
     compiler = _Compiler()
-    where = compiler.predicate(tree, "m")
-    return SearchPlan(where, list(dict.fromkeys(compiler.notes)), compiler.text)
+    where = compiler.predicate(tree, "m", conjunct=True)
+    drive = None if compiler.nested else compiler.drive
+    only = drive is not None and len(compiler.text) == 1 and where in _only(drive)
+    return SearchPlan(where, list(dict.fromkeys(compiler.notes)), compiler.text, drive, only)
+
+
+def _only(name: str) -> tuple[str, str]:
+    cond = _IN_TEXT.format(m="m", name=name)
+    return cond, f"coalesce({cond}, false)"
+
+
+_IN_TEXT = "{m}.seq IN (SELECT seq FROM {name})"
 
 
 def _literal(text: str) -> str:
@@ -109,33 +127,38 @@ class _Compiler:
         self.notes: list[str] = []
         self.aliases = 0
         self.text: dict[str, str] = {}
+        self.drive: str | None = None  # a text table every match is in
+        self.nested = False  # a text table is read inside a subquery
 
     def _alias(self) -> str:
         self.aliases += 1
         return f"m{self.aliases}"
 
-    def predicate(self, node: Query | str, m: str) -> str:
+    def predicate(self, node: Query | str, m: str, conjunct: bool = False) -> str:
+        """The condition of ``node`` on row ``m``; ``conjunct``: every match of the
+        whole query must meet it."""
         if isinstance(node, And):
-            node = self._join_text(node, m)
+            node = self._join_text(node, m, conjunct)
         if isinstance(node, str):
             return node
         if isinstance(node, And | Or):
             joiner = " AND " if isinstance(node, And) else " OR "
-            return "(" + joiner.join(self.predicate(c, m) for c in node.children) + ")"
+            inner = conjunct and isinstance(node, And)
+            return "(" + joiner.join(self.predicate(c, m, inner) for c in node.children) + ")"
         if isinstance(node, Not):
             return f"(NOT {self.predicate(node.child, m)})"
         if isinstance(node, All):
             return "true"
         if isinstance(node, ThreadOf):
-            inner = self._alias()
+            alias = self._alias()
             self.notes.append("thread:{…}: the matches' threads read from thread_nodes")
-            matches = f"SELECT {inner}.message_id FROM messages {inner}"
-            matches += f" WHERE {self.predicate(node.query, inner)}"
+            matches = f"SELECT {alias}.message_id FROM messages {alias}"
+            matches += f" WHERE {self.predicate(node.query, alias)}"
             return self._threads_of(m, matches)
         # each conjunct coalesced on its own: a coalesce around a whole AND keeps
         # DuckDB from filtering on its cheap part first (subject:budget, 100,000
         # messages: 150 ms -> 69 ms median)
-        term = self._term(node, m)
+        term = self._term(node, m, conjunct)
         parts = [f"coalesce({p}, false)" for p in ([term] if isinstance(term, str) else term)]
         return parts[0] if len(parts) == 1 else "(" + " AND ".join(parts) + ")"
 
@@ -146,10 +169,10 @@ class _Compiler:
             f" (SELECT thread_id FROM thread_nodes WHERE message_id IN ({ids})))"
         )
 
-    def _term(self, node: Query, m: str) -> str | list[str]:
+    def _term(self, node: Query, m: str, conjunct: bool) -> str | list[str]:
         """The condition of a term: one, or conjuncts that must all hold."""
         if isinstance(node, Word | Phrase | HasAttachment):
-            return self._matching(self._match(node), m)
+            return self._matching(self._match(node), m, conjunct)
         if isinstance(node, ExactSubject):
             self.notes.append('subject:="…": messages.subject_key, exact')
             return f"{m}.subject_key = {_literal(node.key)}"
@@ -183,23 +206,27 @@ class _Compiler:
             return self._location(node, m)
         raise TypeError(f"not a query node: {node!r}")
 
-    def _join_text(self, node: And, m: str) -> And | str:
+    def _join_text(self, node: And, m: str, conjunct: bool) -> And | str:
         """``node`` with its full-text children read through one expression (FTS5
         intersects the doclists itself: a two-word search is one match)."""
         text = [c for c in node.children if isinstance(c, Word | Phrase | HasAttachment)]
         if len(text) < 2:
             return node
-        joined = self._matching(" AND ".join(self._match(c) for c in text), m)
+        joined = self._matching(" AND ".join(self._match(c) for c in text), m, conjunct)
         rest = [c for c in node.children if c not in text]
         if not rest:
             return joined
-        return "(" + " AND ".join([joined, *(self.predicate(c, m) for c in rest)]) + ")"
+        return "(" + " AND ".join([joined, *(self.predicate(c, m, conjunct) for c in rest)]) + ")"
 
-    def _matching(self, expression: str, m: str) -> str:
+    def _matching(self, expression: str, m: str, conjunct: bool) -> str:
         name = f"_text{len(self.text) + 1}"
         self.text[name] = expression
         self.notes.append(f"{name}: the full-text index (fulltext.sqlite), MATCH {expression}")
-        return f"{m}.seq IN (SELECT seq FROM {name})"
+        if m != "m":
+            self.nested = True
+        elif conjunct and self.drive is None:
+            self.drive = name
+        return _IN_TEXT.format(m=m, name=name)
 
     @staticmethod
     def _match(node: Word | Phrase | HasAttachment) -> str:
