@@ -10,11 +10,12 @@ missing, stale or asked for, and keeps the views stock DuckDB reads.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -22,7 +23,6 @@ import pyarrow as pa
 from projections import snapshot
 from projections.fold import FOLD_SCHEMA, applied_seq, apply_chunks, hash_probe, meta_values
 from projections.fold.batch import DELETED
-from projections.fulltext.index import FullText
 from projections.past import PastProjections
 from projections.queries import counts, run_sql, snapshot_folders
 from projections.rebuilds import RebuildFiles, cache_dir
@@ -31,6 +31,9 @@ from stores import db
 from stores.blobs import BlobStore
 from stores.errors import LockTimeout, LogIntegrityError
 from stores.log import EventLog
+
+if TYPE_CHECKING:  # (imported when first used: a structured search never reads text)
+    from projections.fulltext.index import FullText
 
 __all__ = ["Projector"]
 
@@ -84,8 +87,7 @@ class Projector:
     def __init__(self, root: Path, log: EventLog, blobs: BlobStore | None = None) -> None:
         self.log = log
         self.root = root
-        # the full-text index follows the messages (it reads their text in the blobs)
-        self.fulltext = FullText(root, blobs, log) if blobs is not None else None
+        self._blobs = blobs
         self.db_path = root / "projections.duckdb"
         self.files = RebuildFiles(root, self.db_path, log)
         self._con: duckdb.DuckDBPyConnection | None = None
@@ -153,6 +155,16 @@ class Projector:
             if views:
                 self._define_views(con)
             return fn(con, *args)
+
+    @functools.cached_property
+    def fulltext(self) -> FullText | None:
+        """The full-text index, which follows the messages (it reads their text in
+        the blobs); None for projections opened without their blobs."""
+        if self._blobs is None:
+            return None
+        from projections.fulltext.index import FullText
+
+        return FullText(self.root, self._blobs, self.log)
 
     def read_text(self, fn: Callable[..., _T], plan: Any, *args: Any) -> _T:
         """``fn(reader, plan, *args)`` within one hold, given ``text=`` the full-text

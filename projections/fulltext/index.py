@@ -9,9 +9,9 @@ table over the text of every stored message, kept in step with ``messages``.
   ``PRAGMA secure_delete`` zeroes freed pages; after a WAL checkpoint its bytes
   are in no file of the index (the erasure campaign's byte search checks it).
 - The rowid of a message (its key, ``queries.fulltext.doc_key``) orders it by
-  date: "the newest 50 matches" read 50 doclist entries backwards, however many
-  messages match. ``docs`` maps each key to the message's winning seq
-  (``messages.seq``).
+  week: "the newest 50 matches" read the newest weeks' matches backwards,
+  however many messages match. ``docs`` maps each key to the message's winning
+  seq (``messages.seq``) and keeps its date (the order within a week).
 - It follows ``messages``: ``sync`` reads which messages won or went since the
   seq it holds and adds or removes those; ``rebuild`` writes a new file beside
   it from every stored message and renames it in place (a killed rebuild leaves
@@ -34,6 +34,7 @@ from projections.fulltext.workers import Item, extracted, text_row
 from projections.queries.fulltext import (
     doc_key,
     held_docs,
+    next_key,
     taken_keys,
     text_fingerprint,
     winners,
@@ -51,7 +52,7 @@ log = logging.getLogger("mailledger.store")
 # version is rebuilt (its removals would not find the text it was given).
 # ``docs.has_text`` is 0 for a message whose blob could not be read when it was
 # indexed (it was given no text, so its removal gives none either).
-TEXT_VERSION = 2
+TEXT_VERSION = 3
 COLUMNS = ("subject", "body", "names", "filenames", "flags")
 
 _SCHEMA = f"""
@@ -59,7 +60,7 @@ CREATE VIRTUAL TABLE text USING fts5({", ".join(COLUMNS)}, content='',
     tokenize='unicode61 remove_diacritics 2');
 CREATE TABLE docs (
     key INTEGER PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, message_id TEXT NOT NULL,
-    sha256 TEXT NOT NULL, has_text INTEGER NOT NULL
+    sha256 TEXT NOT NULL, has_text INTEGER NOT NULL, date INTEGER
 );
 CREATE INDEX docs_message_id ON docs(message_id);
 CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -126,13 +127,13 @@ def _stored(duck: duckdb.DuckDBPyConnection) -> Iterator[Item]:
 
 def _keys(con: apsw.Connection, items: list[Item]) -> list[int]:
     """The key of each message of ``items``: its first key, or the next free one
-    after it when a document (or an earlier item) has it already."""
+    of its week when a document (or an earlier item) has it already."""
     first = [doc_key(item[0], item[3]) for item in items]
     taken = taken_keys(con, first)
     keys: list[int] = []
     for key in first:
         while key in taken:
-            key += 1
+            key = next_key(key)
             if key not in taken:
                 taken |= taken_keys(con, [key])
         taken.add(key)
@@ -245,9 +246,9 @@ class FullText:
                 [(key, *row) for key, (_, row) in zip(keys, chunk, strict=True) if row is not None],
             )
             con.executemany(
-                "INSERT INTO docs VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO docs VALUES (?, ?, ?, ?, ?, ?)",
                 [
-                    (key, item[0], item[1], item[2], row is not None)
+                    (key, item[0], item[1], item[2], row is not None, item[3])
                     for key, (item, row) in zip(keys, chunk, strict=True)
                 ],
             )

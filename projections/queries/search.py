@@ -20,14 +20,15 @@ import pyarrow as pa
 
 from projections.lookup import rows_where_in
 from projections.queries.fulltext import (
+    BUCKET,
     DATED,
-    SECOND,
     UNDATED,
-    match_edge,
+    Match,
+    bucket_start,
+    match_page,
     match_ranked,
     match_seqs,
     match_window,
-    second_start,
 )
 from projections.queries.search_sql import SearchPlan
 
@@ -167,29 +168,29 @@ def _by_windows(
 ) -> list[str]:
     """The ids of the first ``need`` matches of ``plan`` (fewer when fewer match),
     newest (or oldest) first, undated last: read a window of the full-text
-    index's keys at a time (whole seconds: a window's matches all come before the
-    next window's), the driving text table's next matches first, four times as
-    many each window."""
+    index's keys at a time, the driving text table's next matches (four times as
+    many each window) and the rest of the last one's week (a window holds whole
+    weeks: its matches all come before the next window's)."""
     drive = plan.text[plan.drive or ""]
     found: list[str] = []
     chunk = max(FIRST_WINDOW, 2 * need)
-    beyond = (1 << 63) - 1 if newest else DATED - 1  # (exclusive)
-    undated_done = False
-    while len(found) < need and not undated_done:
-        edge = match_edge(text, drive, newest, beyond, chunk)
+    beyond: int | None = (1 << 63) - 1 if newest else DATED - 1  # (exclusive)
+    while len(found) < need and beyond is not None:
+        page = match_page(text, drive, newest, beyond, chunk)
+        full = len(page) == chunk
         if newest:
-            if edge is None:
-                break
-            low, high = second_start(edge), beyond
-            beyond = low
-            undated_done = low == UNDATED
-        elif edge is None or edge < DATED:  # the dated matches are read: the undated
-            low, high = UNDATED, DATED
-            undated_done = True
-        else:
-            low, high = beyond + 1, second_start(edge) + SECOND
-            beyond = high - 1
-        found += _window(con, plan, text, newest, low, high)
+            low = bucket_start(page[-1][0]) if full else UNDATED
+            rest = match_window(text, drive, low, page[-1][0]) if full else []
+            window, beyond = (low, beyond), (low if full and low != UNDATED else None)
+        elif full:
+            high = bucket_start(page[-1][0]) + BUCKET
+            rest = match_window(text, drive, page[-1][0] + 1, high)
+            window, beyond = (beyond + 1, high), high - 1
+        else:  # the dated matches are all read: the undated ones are the last window
+            rest = match_window(text, drive, UNDATED, DATED)
+            found += _window(con, plan, text, newest, page, (beyond + 1, 1 << 62))
+            page, window, beyond = [], (UNDATED, DATED), None
+        found += _window(con, plan, text, newest, page + rest, window)
         chunk *= 4
     return found[:need]
 
@@ -199,18 +200,20 @@ def _window(
     plan: SearchPlan,
     text: apsw.Connection,
     newest: bool,
-    low: int,
-    high: int,
+    driven: list[Match],
+    window: tuple[int, int],
 ) -> list[str]:
-    """The ids of the matches whose full-text key is in ``[low, high)``, in order."""
-    if plan.only_text:  # the index's matches are the answer; the key gives the second
-        rows = match_window(text, plan.text[plan.drive or ""], low, high)
+    """The ids of the matches among ``driven`` (the driving table's matches whose
+    key is in ``window``, ``[low, high)``), in order."""
+    if not driven:
+        return []
+    if plan.only_text:  # the index's matches are the answer, docs.date their order
         sign = -1 if newest else 1
-        rows.sort(key=lambda r: (sign * (r[0] // SECOND), r[2]))
-        return [m for _, _, m in rows]
+        driven.sort(key=lambda r: (r[3] is None, sign * (r[3] or 0), r[2]))
+        return [r[2] for r in driven]
     for name, expression in plan.text.items():
-        seqs = [s for _, s, _ in match_window(text, expression, low, high)]
-        con.register(name, pa.table({"seq": pa.array(seqs, pa.int64())}))
+        rows = driven if name == plan.drive else match_window(text, expression, *window)
+        con.register(name, pa.table({"seq": pa.array([r[1] for r in rows], pa.int64())}))
     try:
         order = _ORDER["newest" if newest else "oldest"].format(d="m.date_utc", i="m.message_id")
         sql = _IDS.format(where=plan.where, order=order, page="")

@@ -267,9 +267,11 @@ class _Compiler:
         if node.prefix:
             on_domain = f"starts_with({domain}, {value})"
         else:
+            # (no regular expression: a suffix ``.domain`` holds no ``@``, so with
+            # an ``@`` in the address it is the end of the address's domain)
             on_domain = (
                 f"(ends_with({a}, {_literal('@' + node.value)})"
-                f" OR ends_with({domain}, {_literal('.' + node.value)}))"
+                f" OR (ends_with({a}, {_literal('.' + node.value)}) AND contains({a}, '@')))"
             )
         if node.part == "domain":
             return on_domain
