@@ -55,7 +55,7 @@ from projections.search import (
 from projections.tables import sql_string
 from stores.errors import UsageError
 
-__all__ = ["SearchPlan", "compile_query"]
+__all__ = ["IN_THREAD", "SearchPlan", "compile_query"]
 
 # what separates words: anything but a letter or a digit (as FTS5's unicode61 cuts)
 _NOT_WORD = re.compile(r"[\W_]+")
@@ -92,6 +92,16 @@ class SearchPlan:
     only_text: bool = False
     """The condition is ``drive``'s alone (a query of words and phrases): its
     matches are the index's, with no other condition to test."""
+    by_id: bool = False
+    """A condition on ``message_id`` itself (``id:``, a thread) is part of it:
+    DuckDB reads such a condition through the index only outside a query with
+    ``ORDER BY … LIMIT``, so a page is read in two parts (``queries.search``)."""
+    threads: dict[str, str] = field(default_factory=dict)
+    """The threads the condition reads: table name -> the Message-ID whose thread
+    it holds (one column, ``message_id``, of the thread's messages). A search
+    reads the thread's members through the indexes first and spells them in the
+    condition as literals (``queries.search``), so that DuckDB reads them through
+    the ``message_id`` index too."""
 
 
 def compile_query(tree: Query) -> SearchPlan:
@@ -101,7 +111,8 @@ def compile_query(tree: Query) -> SearchPlan:
     where = compiler.predicate(tree, "m", conjunct=True)
     drive = None if compiler.nested else compiler.drive
     only = drive is not None and len(compiler.text) == 1 and where in _only(drive)
-    return SearchPlan(where, list(dict.fromkeys(compiler.notes)), compiler.text, drive, only)
+    notes = list(dict.fromkeys(compiler.notes))
+    return SearchPlan(where, notes, compiler.text, drive, only, compiler.by_id, compiler.threads)
 
 
 def _only(name: str) -> tuple[str, str]:
@@ -110,6 +121,13 @@ def _only(name: str) -> tuple[str, str]:
 
 
 _IN_TEXT = "{m}.seq IN (SELECT seq FROM {name})"
+IN_THREAD = "{m}.message_id IN (SELECT message_id FROM {name})"
+"""How a condition reads a thread table (``SearchPlan.threads``)."""
+
+
+class _NeverNull(str):
+    """A condition that is never NULL (on ``message_id``, which never is): left
+    bare, not in a ``coalesce`` that would keep DuckDB from its index."""
 
 
 def _literal(text: str) -> str:
@@ -128,6 +146,8 @@ class _Compiler:
         self.aliases = 0
         self.text: dict[str, str] = {}
         self.drive: str | None = None  # a text table every match is in
+        self.threads: dict[str, str] = {}
+        self.by_id = False  # a condition on message_id itself
         self.nested = False  # a text table is read inside a subquery
 
     def _alias(self) -> str:
@@ -149,6 +169,9 @@ class _Compiler:
             return f"(NOT {self.predicate(node.child, m)})"
         if isinstance(node, All):
             return "true"
+        if isinstance(node, ThreadOf) and isinstance(node.query, MessageId):
+            self.notes.append("thread:{id:…}: the thread_nodes of the thread holding the id")
+            return self._thread(m, node.query.msgid)
         if isinstance(node, ThreadOf):
             alias = self._alias()
             self.notes.append("thread:{…}: the matches' threads read from thread_nodes")
@@ -159,8 +182,17 @@ class _Compiler:
         # DuckDB from filtering on its cheap part first (subject:budget, 100,000
         # messages: 150 ms -> 69 ms median)
         term = self._term(node, m, conjunct)
-        parts = [f"coalesce({p}, false)" for p in ([term] if isinstance(term, str) else term)]
+        parts = [
+            p if isinstance(p, _NeverNull) else f"coalesce({p}, false)"
+            for p in ([term] if isinstance(term, str) else term)
+        ]
         return parts[0] if len(parts) == 1 else "(" + " AND ".join(parts) + ")"
+
+    def _thread(self, m: str, msgid: str) -> str:
+        name = f"_thread{len(self.threads) + 1}"
+        self.threads[name] = msgid
+        self.by_id = True
+        return _NeverNull(IN_THREAD.format(m=m, name=name))
 
     @staticmethod
     def _threads_of(m: str, ids: str) -> str:
@@ -180,10 +212,12 @@ class _Compiler:
             return self._address(node, m)
         if isinstance(node, MessageId):
             self.notes.append("id: messages.message_id (its index)")
-            return f"{m}.message_id = {_literal(node.msgid)}"
+            self.by_id = True
+            return _NeverNull(f"{m}.message_id = {_literal(node.msgid)}")
         if isinstance(node, Thread):
             self.notes.append("thread:ID: the thread_nodes of the thread holding ID")
-            return self._threads_of(m, _literal(node.thread_id))
+            _literal(node.thread_id)  # (refused when it cannot be spelled)
+            return self._thread(m, node.thread_id)
         if isinstance(node, ListId):
             self.notes.append("list: messages.list_id")
             if node.prefix:

@@ -79,6 +79,10 @@ QUERIES = [
     "beta OR from:bob",  # no text every match must hold: one query
     "from:ada",  # no text at all
     "nosuchword",
+    "id:995.page@example.org",  # read through the message_id index
+    "thread:995.page@example.org OR from:bob",
+    "thread:{id:994.page@example.org} OR beta",
+    "thread:{id:nosuch@example.org}",
 ]
 
 
@@ -94,6 +98,16 @@ def test_every_page_is_the_slice_of_the_whole_order(
     for limit, offset in [(1, 0), (2, 1), (3, 0), (5, 2), (7, 30), (50, 0), (40, 45), (5, 200)]:
         page = _ids(store, query, sort=sort, limit=limit, offset=offset)
         assert page == whole[offset : offset + limit], (limit, offset)
+
+
+def test_a_thread_too_large_to_spell_is_read_as_a_table(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    query = "thread:995.page@example.org OR from:bob"
+    spelled = _ids(store, query, limit=5)
+    monkeypatch.setattr(search_module, "INDEX_KEYS_MAX", 0)
+    assert _ids(store, query, limit=5) == spelled and len(spelled) == 5
+    assert "995.page@example.org" in _ids(store, query)
 
 
 def test_the_hard_dates_are_there_to_order(store: MessageStore) -> None:
