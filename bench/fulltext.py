@@ -147,9 +147,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"From: Bench <bench@example.org>\r\nSubject: update {token}\r\n"
                 f"Message-ID: <{token}.{i}@bench.example>\r\n\r\nthe body of {token}\r\n"
             ).encode()
-            t = time.perf_counter()
+            began = time.perf_counter()
             store.add(None, raw)
-            adds.append((time.perf_counter() - t) * 1000)
+            adds.append((time.perf_counter() - began) * 1000)
         fulltext.sync = sync  # type: ignore[method-assign]
         figures["one_message_update_ms"] = statistics.median(synced)
 

@@ -331,7 +331,8 @@ def _measure_size(n: int, ns: argparse.Namespace, dv: Dovecot | None) -> Size:
         f" {sf.median_hits['structured']:.0f}), two words {sf.two_words[0]:.1f}/"
         f"{sf.two_words[1]:.1f} ({sf.median_hits['two_words']:.0f}), phrase"
         f" {sf.phrase[0]:.1f}/{sf.phrase[1]:.1f} ({sf.median_hits['phrase']:.0f});"
-        f" `search {sf.kinds['structured'][0]}` {sf.command_s:.2f} s"
+        f" `search --limit 50 {sf.kinds['structured'][0]}` {sf.command_s:.2f} s, every match"
+        f" printed ({sf.all_hits[0]}) {sf.all_hits[1]:.2f} s"
     )
 
     # 4. whole commands, with interpreter start-up, as a user waits for them
