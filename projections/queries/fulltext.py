@@ -20,6 +20,7 @@ __all__ = [
     "bucket_start",
     "doc_key",
     "held_docs",
+    "match_best",
     "match_page",
     "match_ranked",
     "match_seqs",
@@ -155,6 +156,21 @@ def match_ranked(
     spelled = ", ".join(f"{float(w)!r}" for w in weights)
     rows = text.execute(f"SELECT d.seq, bm25(text, {spelled}) {_MATCHED}", (expression,))
     return [(int(seq), float(score)) for seq, score in rows]
+
+
+def match_best(
+    text: apsw.Connection, expression: str, weights: Iterable[float], limit: int, offset: int
+) -> list[str]:
+    """The Message-IDs of the documents matching ``expression`` ranked by bm25
+    (columns weighted by ``weights``), then newest, undated last, then by id:
+    ``limit`` of them after the first ``offset`` (ranked by SQLite itself: only
+    the page comes back)."""
+    spelled = ", ".join(f"{float(w)!r}" for w in weights)
+    sql = (
+        f"SELECT d.message_id {_MATCHED} ORDER BY bm25(text, {spelled}),"
+        " d.date IS NULL, d.date DESC, d.message_id LIMIT ? OFFSET ?"
+    )
+    return [str(m) for (m,) in text.execute(sql, (expression, limit, offset))]
 
 
 def _matches(rows: Iterable[tuple[Any, ...]]) -> list[Match]:

@@ -26,6 +26,7 @@ from projections.queries.fulltext import (
     UNDATED,
     Match,
     bucket_start,
+    match_best,
     match_page,
     match_ranked,
     match_seqs,
@@ -153,6 +154,11 @@ def _search(
     offset: int,
     text: apsw.Connection | None,
 ) -> pa.Table:
+    ranked_page = sort == "relevance" and plan.only_text and output in ("summary", "messages")
+    if ranked_page and limit is not None and text is not None:
+        # (ranked by SQLite: only the page comes back)
+        expression = plan.text[plan.drive or ""]
+        return _rows_of(con, match_best(text, expression, RANK_WEIGHTS, limit, offset))
     paged = limit is not None and limit + offset <= _PAGED and sort != "relevance"
     if paged and output in ("summary", "messages"):
         assert limit is not None

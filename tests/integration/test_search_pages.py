@@ -133,6 +133,14 @@ def test_relevance_ranks_by_bm25_then_newest(store: MessageStore, tmp_path: Path
     # every message holds gamma once in the subject and once in the body: the
     # shorter documents rank first, so the order is not the date order
     assert ranked != _ids(store, "gamma")
+    # a page of words alone is ranked by SQLite, the same order
+    for limit, offset in [(1, 0), (3, 2), (50, 10)]:
+        page = _ids(store, "gamma", sort="relevance", limit=limit, offset=offset)
+        assert page == ranked[offset : offset + limit]
+    assert (
+        _ids(store, "beta gamma", sort="relevance", limit=7)
+        == _ids(store, "beta gamma", sort="relevance")[:7]
+    )
     # a query with no text ranks nothing: newest first
     assert _ids(store, "from:bob", sort="relevance") == _ids(store, "from:bob")
     # the threads output ranks threads by their best match
