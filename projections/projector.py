@@ -22,7 +22,6 @@ import pyarrow as pa
 
 from projections import snapshot
 from projections.fold import FOLD_SCHEMA, applied_seq, apply_chunks, hash_probe, meta_values
-from projections.fold.batch import DELETED
 from projections.past import PastProjections
 from projections.queries import counts, run_sql, snapshot_folders
 from projections.rebuilds import RebuildFiles, cache_dir
@@ -32,7 +31,7 @@ from stores.blobs import BlobStore
 from stores.errors import LockTimeout, LogIntegrityError
 from stores.log import EventLog
 
-if TYPE_CHECKING:  # (imported when first used: a structured search never reads text)
+if TYPE_CHECKING:
     from projections.fulltext.index import FullText
 
 __all__ = ["Projector"]
@@ -52,33 +51,6 @@ def _current(con: duckdb.DuckDBPyConnection, meta: dict[str, int] | None = None)
     meta = meta_values(con) if meta is None else meta
     version_ok = meta.get("projection_version") == PROJECTION_VERSION
     return version_ok and meta.get("hash_probe") == hash_probe(con)
-
-
-class _Touched:
-    """The places (account, folder) that events of a fold name, and whether any
-    deletes a message (a held UID's record may be gone): what a fold may have
-    changed of the cursor snapshot's folders."""
-
-    def __init__(self) -> None:
-        self.places: set[tuple[str, str]] = set()
-        self.deletes = False
-
-    def watch(self, chunks: Iterable[pa.Table]) -> Iterator[pa.Table]:
-        """``chunks``, passed through, noting what each names."""
-        for chunk in chunks:
-            places = chunk.group_by(["source", "folder"]).aggregate([])
-            sources, folders = places.column("source"), places.column("folder")
-            self.places.update(zip(sources.to_pylist(), folders.to_pylist(), strict=True))
-            self.deletes = self.deletes or DELETED in chunk.column("type").unique().to_pylist()
-            yield chunk
-
-    def untouched(
-        self, before: dict[tuple[str, str], dict[str, Any]] | None
-    ) -> dict[tuple[str, str], dict[str, Any]] | None:
-        """The folders of the snapshot ``before`` that none of these events touched."""
-        if before is None or self.deletes:
-            return None
-        return {key: f for key, f in before.items() if key not in self.places}
 
 
 class Projector:
@@ -158,8 +130,7 @@ class Projector:
 
     @functools.cached_property
     def fulltext(self) -> FullText | None:
-        """The full-text index, which follows the messages (it reads their text in
-        the blobs); None for projections opened without their blobs."""
+        """The full-text index (None without the blobs it reads); imported when used."""
         if self._blobs is None:
             return None
         from projections.fulltext.index import FullText
@@ -168,9 +139,8 @@ class Projector:
 
     def read_text(self, fn: Callable[..., _T], plan: Any, *args: Any) -> _T:
         """``fn(reader, plan, *args)`` within one hold, given ``text=`` the full-text
-        index (brought up to the projections first) when the search ``plan`` reads it.
-        Both cores: a search scans columns of every message (a sender's 4,300 hits
-        at 1,000,000 messages: 122 ms on one thread, 64 ms on two)."""
+        index (brought up to the projections first) when the search ``plan`` reads it;
+        on both cores (4,300 hits at 1M messages: 122 ms on one thread, 64 on two)."""
         with self.hold():
             con = self.reader()
             with db.all_threads(con):
@@ -368,7 +338,7 @@ class Projector:
                 chunks = itertools.chain(held, self.files.log_chunks(after=pending[-1][1]))
             else:
                 chunks = self.files.log_chunks(after=seq)
-            touched = _Touched()
+            touched = snapshot.Touched()
             # one fold for all of them: its cost is mostly per call
             apply_chunks(con, touched.watch(chunks))
             self._write_snapshot(con, kept=touched.untouched(snapshot.read(self.root, seq)))

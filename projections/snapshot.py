@@ -18,12 +18,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from stores.atomic import replace_file, unique_name
 
-__all__ = ["PROJECTION_VERSION", "SNAPSHOT_NAME", "drop", "read", "read_counts", "write"]
+__all__ = [
+    "PROJECTION_VERSION",
+    "SNAPSHOT_NAME",
+    "Touched",
+    "drop",
+    "read",
+    "read_counts",
+    "write",
+]
 
 # Bump when a table's shape or a fold's rule changes; a store whose projections
 # carry another version is rebuilt by replay (projections are disposable).
@@ -116,3 +127,32 @@ def drop(root: Path) -> None:
     """Remove the snapshot (the projections are being dropped)."""
     with contextlib.suppress(FileNotFoundError):
         (root / SNAPSHOT_NAME).unlink()
+
+
+class Touched:
+    """The places (account, folder) that events of a fold name, and whether any
+    deletes a message (a held UID's record may be gone): what a fold may have
+    changed of the cursor snapshot's folders."""
+
+    def __init__(self) -> None:
+        self.places: set[tuple[str, str]] = set()
+        self.deletes = False
+
+    def watch(self, chunks: Iterable[pa.Table]) -> Iterator[pa.Table]:
+        """``chunks``, passed through, noting what each names."""
+        from projections.fold.batch import DELETED  # (the folds import this module)
+
+        for chunk in chunks:
+            places = chunk.group_by(["source", "folder"]).aggregate([])
+            sources, folders = places.column("source"), places.column("folder")
+            self.places.update(zip(sources.to_pylist(), folders.to_pylist(), strict=True))
+            self.deletes = self.deletes or DELETED in chunk.column("type").unique().to_pylist()
+            yield chunk
+
+    def untouched(
+        self, before: dict[tuple[str, str], dict[str, Any]] | None
+    ) -> dict[tuple[str, str], dict[str, Any]] | None:
+        """The folders of the snapshot ``before`` that none of these events touched."""
+        if before is None or self.deletes:
+            return None
+        return {key: f for key, f in before.items() if key not in self.places}
