@@ -20,11 +20,12 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from stores.atomic import replace_file, unique_name
+
+if TYPE_CHECKING:  # (an idle sync reads the snapshot without pyarrow or DuckDB)
+    import pyarrow as pa
 
 __all__ = [
     "PROJECTION_VERSION",
