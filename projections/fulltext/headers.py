@@ -5,11 +5,11 @@ asks of it, at a fraction of the cost.
 The feed parser walks a block line by line through generators: a third of the
 extraction's time went there and to the parameter parsing behind
 ``get_content_type``, ``get_filename`` and the like. Here the usual block (lines
-of ``Name: value`` and their continuations) is split in one call and stored with
-the feed parser's own rule (``header_source_parse``); a block with anything
-else in it (an mbox ``From`` line, a line beginning with ``:`` or with white
-space before any header, a line break the feed parser does not split at) is
-left to the standard library's parser. What the extractor asks of a part (its
+of ``Name: value`` and their continuations) is read by one regular expression,
+each header's value made by compat32's rule (``header_source_parse``); a block
+with anything else in it (an mbox ``From`` line, a line beginning with ``:`` or
+with white space before any header, a lone CR or another line break) is left to
+the standard library's parser. What the extractor asks of a part (its
 type, file name, disposition, charset) is a function of its first Content-Type
 and Content-Disposition: it is worked out once per pair of values (parts of one
 kind repeat them) by the same ``Message`` methods.
@@ -26,9 +26,11 @@ from email.message import Message
 __all__ = ["Kind", "charset", "kind", "parse_head"]
 
 _PARSER = email.parser.BytesParser(policy=email.policy.compat32)
-# the header and continuation lines of the feed parser's ``headerRE`` (its
-# ``From `` lines go to the standard parser)
-_HEADER_LINE = re.compile(r"[\041-\071\073-\176]*:|[\t ]")
+# a header: its name (the feed parser's ``headerRE``, less a line starting with
+# ":"), its first line and its continuation lines, each ending at LF
+_FIELD_TEXT = r"([\041-\071\073-\176]+):([^\n]*\n)((?:[ \t][^\n]*\n)*)"
+_FIELD = re.compile(_FIELD_TEXT)
+_SECTION = re.compile(f"(?:{_FIELD_TEXT})*")
 # where ``str.splitlines`` splits an ASCII text and the feed parser does not
 # (it splits at CR, LF and CRLF only)
 _OTHER_BREAKS = re.compile(r"[\x0b\x0c\x1c-\x1e]")
@@ -53,25 +55,15 @@ def parse_head(head: bytes) -> Message:
 def _usual(text: str) -> Message | None:
     """The headers of a usual block, or None when it has a line the feed parser
     treats in its own way."""
+    if text.count("\r") != text.count("\r\n"):  # (a lone CR ends a line there)
+        return None
+    end = _SECTION.match(text).end()  # type: ignore[union-attr]  # (it matches "")
+    if not text.startswith(("\n", "\r\n"), end) and end != len(text):
+        return None  # (the block goes on with a line no usual header starts)
     msg = Message()
-    lines: list[str] = []  # those of the header being read
-    for line in text.splitlines(keepends=True):
-        if line.startswith("From ") or not _HEADER_LINE.match(line):
-            if line.startswith("From "):
-                return None
-            break  # the blank line (or the body: the block ends there too)
-        if line[0] in " \t":
-            if not lines:
-                return None
-            lines.append(line)
-            continue
-        if line[0] == ":":
-            return None
-        if lines:
-            msg.set_raw(*email.policy.compat32.header_source_parse(lines))
-        lines = [line]
-    if lines:
-        msg.set_raw(*email.policy.compat32.header_source_parse(lines))
+    for name, first, rest in _FIELD.findall(text, 0, end):
+        # (compat32's header_source_parse, on the header's lines)
+        msg.set_raw(name, (first.lstrip(" \t") + rest).rstrip("\r\n"))
     return msg
 
 
