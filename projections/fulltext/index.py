@@ -99,6 +99,8 @@ def _open(path: Path, *, building: bool = False) -> apsw.Connection:
         _pragma(con, "PRAGMA synchronous=OFF")
         _pragma(con, "PRAGMA secure_delete=OFF")
         _pragma(con, f"PRAGMA cache_size=-{_BUILD_CACHE_KIB}")
+        # (so that the pages FTS5's merges free can be given back at the end)
+        _pragma(con, "PRAGMA auto_vacuum=INCREMENTAL")
     else:
         _pragma(con, "PRAGMA journal_mode=WAL")
         _pragma(con, "PRAGMA synchronous=NORMAL")
@@ -278,6 +280,7 @@ class FullText:
                     _set_meta(con, "applied_seq", target)
                     _set_meta(con, "text_version", TEXT_VERSION)
                     con.execute(_SECURE_DELETE)
+                _pragma(con, "PRAGMA incremental_vacuum")
             finally:
                 con.close()
             self._swap_in()
