@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import random
 import re
 import resource
@@ -64,6 +65,7 @@ def _p50(fn: Any, inputs: list[Any]) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> int:
     from pipeline.store import MessageStore
     from projections.fulltext.extract import extract
+    from projections.fulltext.workers import INLINE_BELOW
     from projections.queries import compile_query
     from projections.search import parse
 
@@ -84,9 +86,11 @@ def main(argv: list[str] | None = None) -> int:
             con = store.projector.reader()
             store.projector.fulltext = fulltext
             n = int(con.execute("SELECT count(*) FROM messages").fetchall()[0][0])
+            load0 = os.getloadavg()[0]
             (own0, workers0), t0 = _cpu(), time.perf_counter()
             fulltext.rebuild(con)
             build_s = time.perf_counter() - t0
+            load1 = os.getloadavg()[0]
             own1, workers1 = _cpu()
             own_cpu, workers_cpu = own1 - own0, workers1 - workers0
             shas = [
@@ -153,10 +157,15 @@ def main(argv: list[str] | None = None) -> int:
         fulltext.sync = sync  # type: ignore[method-assign]
         figures["one_message_update_ms"] = statistics.median(synced)
 
+    # (below INLINE_BELOW messages, or with one, the build extracts in this process)
+    workers = fulltext.workers if n >= INLINE_BELOW and fulltext.workers > 1 else 0
     print(
-        f"full-text build: {n:,} messages in {build_s:.1f} s wall; CPU s: the writer"
+        f"full-text build: {n:,} messages in {build_s:.1f} s wall = {n / build_s:,.0f} msg/s"
+        f" ({workers} extraction worker processes and the writer, {os.cpu_count()} CPUs,"
+        f" load average {load0:.2f} before, {load1:.2f} after); CPU s: the writer"
         f" {own_cpu:.1f} ({n / own_cpu:,.0f} msg/CPU-s), the extraction workers"
-        f" {workers_cpu:.1f} ({n / max(workers_cpu, 1e-9):,.0f} msg/CPU-s);"
+        f" {workers_cpu:.1f} ({n / max(workers_cpu, 1e-9):,.0f} msg/CPU-s), in all"
+        f" {(own_cpu + workers_cpu) / n * 1000:.3f} ms a message;"
         f" {(own_cpu + workers_cpu) / build_s:.2f} cores busy on average;"
         f" index {size / 1e6:.1f} MB against about {text_bytes / 1e6:.1f} MB of extracted"
         f" text (from {len(texts)} sampled messages)"

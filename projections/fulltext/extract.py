@@ -5,11 +5,12 @@ Pure and deterministic (the same bytes always give the same text): the index is
 contentless, so removing a message from it means handing it the exact text that
 was indexed, extracted again from the blob.
 
-The walk is lean: headers are parsed with ``headersonly``, MIME parts are split
-on their boundary bytes and only text parts are decoded (about twice the speed
-of ``email``'s full parse, with the same text). text/plain is preferred; a
-message with only text/html has it reduced to text (selectolax). Charsets are
-decoded with replacement characters, never an error.
+The walk is lean: each part's header block alone is read (``headers``: as the
+standard library's parser reads it, without its feed parser for the usual
+block), MIME parts are split on their boundary bytes and only text parts are
+decoded (about twice the speed of ``email``'s full parse, with the same text).
+text/plain is preferred; a message with only text/html has it reduced to text
+(selectolax). Charsets are decoded with replacement characters, never an error.
 """
 
 from __future__ import annotations
@@ -18,19 +19,19 @@ import binascii
 import contextlib
 import email.errors
 import email.header
-import email.parser
-import email.policy
 import email.utils
+import functools
 import quopri
 from dataclasses import dataclass
 from email.message import Message
 
+from projections.fulltext.headers import charset as part_charset
+from projections.fulltext.headers import kind, parse_head
 from projections.normalize import normalize_subject
 from projections.search import fold
 
 __all__ = ["MessageText", "extract", "html_to_text"]
 
-_HEADERS = email.parser.BytesParser(policy=email.policy.compat32)
 _MAX_DEPTH = 10  # nested multiparts followed at most this deep (a loop ends here)
 
 
@@ -151,10 +152,8 @@ class _Walk:
 
     def part(self, raw: bytes, depth: int = 0) -> Message:
         head, body = _split(raw)
-        h = _HEADERS.parsebytes(head, headersonly=True)
-        ctype = h.get_content_type()
-        name = h.get_filename()
-        disposition = (h.get_content_disposition() or "").lower()
+        h = parse_head(head)
+        ctype, name, disposition = kind(h)
         if name or disposition == "attachment":
             self.attachment = True
             if name:
@@ -172,7 +171,7 @@ class _Walk:
             return h
         if ctype in ("text/plain", "text/html"):
             cte = str(h.get("Content-Transfer-Encoding", ""))
-            charset = h.get_content_charset() or "utf-8"
+            charset = part_charset(h) or "utf-8"
             (self.plain if ctype == "text/plain" else self.html).append(_decode(body, cte, charset))
         return h
 
@@ -194,11 +193,25 @@ class _Walk:
 
 def _people(h: Message) -> str:
     """The display names and addresses of From, To and Cc."""
-    values = [_as_text(v) for name in ("from", "to", "cc") for v in h.get_all(name) or []]
+    values = tuple(_as_text(v) for name in ("from", "to", "cc") for v in h.get_all(name) or [])
+    if sum(map(len, values)) < _PEOPLE_CACHED_BELOW:
+        return _people_cached(values)
+    return _people_of(values)
+
+
+# Senders and recipients repeat from message to message: each set is parsed once
+# (but for huge ones, which hostile mail has and a cache should not keep).
+_PEOPLE_CACHED_BELOW = 2_000
+
+
+def _people_of(values: tuple[str, ...]) -> str:
     words: list[str] = []
     for display, address in email.utils.getaddresses(values):
         words.extend(w for w in (_header_text(display), address) if w)
     return " ".join(words)
+
+
+_people_cached = functools.lru_cache(maxsize=4096)(_people_of)
 
 
 def extract(raw: bytes) -> MessageText:

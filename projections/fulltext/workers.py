@@ -17,7 +17,7 @@ from projections.fulltext.extract import extract
 from stores.blobs import BlobStore
 from stores.errors import MailledgerError
 
-__all__ = ["Extracted", "Item", "Row", "extracted", "text_row"]
+__all__ = ["INLINE_BELOW", "Extracted", "Item", "Row", "extracted", "text_row"]
 
 log = logging.getLogger("mailledger.store")
 
@@ -31,7 +31,7 @@ Extracted = list[tuple[Item, Row | None]]
 blob could not be read)."""
 
 _CHUNK = 256  # messages a worker extracts per call
-_INLINE_BELOW = 1_000  # fewer messages than this: extracted here (starting workers costs more)
+INLINE_BELOW = 1_000  # fewer messages than this: extracted here (starting workers costs more)
 
 
 @functools.lru_cache(maxsize=2)
@@ -73,8 +73,8 @@ def extracted(blobs: BlobStore, items: Iterable[Item], workers: int) -> Iterator
     from ``blobs`` (the caller's own store, as it stands now)."""
     where = str(blobs.root)
     chunks = _chunks(iter(items))
-    first = list(itertools.islice(chunks, -(-_INLINE_BELOW // _CHUNK)))
-    if sum(len(c) for c in first) < _INLINE_BELOW or workers <= 1:
+    first = list(itertools.islice(chunks, -(-INLINE_BELOW // _CHUNK)))
+    if sum(len(c) for c in first) < INLINE_BELOW or workers <= 1:
         for chunk in itertools.chain(first, chunks):
             yield _extract_with(blobs, chunk)
         return

@@ -40,9 +40,13 @@ _SECONDS = "CAST(floor(epoch(date_utc)) AS BIGINT)"
 
 def winners(con: duckdb.DuckDBPyConnection) -> pa.RecordBatchReader:
     """``seq``, ``message_id``, ``sha256``, ``date`` (whole seconds) of every stored
-    message, seq order, streamed."""
+    message, streamed in the order of their first keys (``doc_key``): FTS5 writes
+    its pending terms out as a segment whenever a rowid comes below the last one,
+    so a build given them in seq order wrote a segment at almost every message."""
     return con.sql(
-        f"SELECT seq, message_id, sha256, {_SECONDS} FROM messages ORDER BY seq"
+        "SELECT seq, message_id, sha256, date FROM"
+        f" (SELECT seq, message_id, sha256, {_SECONDS} AS date FROM messages)"
+        f" ORDER BY {_FIRST_KEY}, seq"
     ).to_arrow_reader(1 << 14)
 
 
@@ -118,6 +122,16 @@ def doc_key(seq: int, date: int | None) -> int:
     if date is None:
         return UNDATED + seq
     return (max(-_DATE_LIMIT, min(date, _DATE_LIMIT)) // WEEK) * BUCKET + seq % BUCKET
+
+
+# ``doc_key`` in SQL, of the columns ``seq`` and ``date`` (``_SECONDS``): the
+# clamped date less its remainder in the week (floored, before 1970 too)
+_CLAMPED = f"greatest({-_DATE_LIMIT}, least(date, {_DATE_LIMIT}))"
+_FIRST_KEY = (
+    f"CASE WHEN date IS NULL THEN {UNDATED} + seq ELSE"
+    f" (({_CLAMPED} - (({_CLAMPED} % {WEEK}) + {WEEK}) % {WEEK}) // {WEEK}) * {BUCKET}"
+    f" + seq % {BUCKET} END"
+)
 
 
 def next_key(key: int) -> int:

@@ -3,6 +3,7 @@ refused with the position where reading stopped."""
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -264,6 +265,30 @@ def test_query_error_is_a_usage_error_so_the_cli_exits_2() -> None:
 )
 def test_fold_drops_case_and_diacritics(text: str, folded: str) -> None:
     assert fold(text) == folded
+
+
+def _fold_whole(text: str) -> str:
+    """``fold`` as passes over the whole text, each until it stops changing."""
+    for _ in range(4):
+        once = unicodedata.normalize("NFKD", text.casefold())
+        once = "".join(c for c in once if not unicodedata.combining(c))
+        if once == text:
+            break
+        text = once
+    return text
+
+
+_FOLDED = st.sampled_from(
+    [*"aZ .\n", *"\u0301\u0344\u0345\u0f73\u3099\U0001d15e", *"ǰℌﬁÉΣςßİẞ\u00a8ｶ\ufb2c"]
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.text(_FOLDED | st.characters(), max_size=40))
+def test_fold_run_by_run_gives_the_text_of_passes_over_the_whole(text: str) -> None:
+    # (non-ASCII runs are folded apart: ASCII between them must change nothing,
+    # combining marks next to ASCII letters included)
+    assert fold(text) == _fold_whole(text)
 
 
 def test_calendar_dates_are_read_in_the_given_zone_and_come_out_in_utc() -> None:
