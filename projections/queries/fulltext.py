@@ -156,6 +156,11 @@ Match = tuple[int, int, str, int | None]
 seconds, None when undated)."""
 
 
+def _bm25(weights: Iterable[float]) -> str:
+    """FTS5's bm25 of a match, its columns weighted by ``weights``."""
+    return "bm25(text, " + ", ".join(f"{float(w)!r}" for w in weights) + ")"
+
+
 def match_seqs(text: apsw.Connection, expression: str) -> list[int]:
     """The seq of every document matching the FTS5 ``expression``."""
     rows = text.execute(f"SELECT d.seq {_MATCHED}", (expression,))
@@ -167,8 +172,7 @@ def match_ranked(
 ) -> list[tuple[int, float]]:
     """``(seq, score)`` of every document matching ``expression``: FTS5's bm25 with
     the columns weighted by ``weights`` (lower is better)."""
-    spelled = ", ".join(f"{float(w)!r}" for w in weights)
-    rows = text.execute(f"SELECT d.seq, bm25(text, {spelled}) {_MATCHED}", (expression,))
+    rows = text.execute(f"SELECT d.seq, {_bm25(weights)} {_MATCHED}", (expression,))
     return [(int(seq), float(score)) for seq, score in rows]
 
 
@@ -179,9 +183,8 @@ def match_best(
     (columns weighted by ``weights``), then newest, undated last, then by id:
     ``limit`` of them after the first ``offset`` (ranked by SQLite itself: only
     the page comes back)."""
-    spelled = ", ".join(f"{float(w)!r}" for w in weights)
     sql = (
-        f"SELECT d.message_id {_MATCHED} ORDER BY bm25(text, {spelled}),"
+        f"SELECT d.message_id {_MATCHED} ORDER BY {_bm25(weights)},"
         " d.date IS NULL, d.date DESC, d.message_id LIMIT ? OFFSET ?"
     )
     return [str(m) for (m,) in text.execute(sql, (expression, limit, offset))]
