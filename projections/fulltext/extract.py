@@ -22,6 +22,7 @@ import email.header
 import email.utils
 import functools
 import quopri
+import re
 from dataclasses import dataclass
 from email.message import Message
 
@@ -193,15 +194,41 @@ class _Walk:
 
 def _people(h: Message) -> str:
     """The display names and addresses of From, To and Cc."""
-    values = tuple(_as_text(v) for name in ("from", "to", "cc") for v in h.get_all(name) or [])
-    if sum(map(len, values)) < _PEOPLE_CACHED_BELOW:
-        return _people_cached(values)
+    found: dict[str, list[str]] = {"from": [], "to": [], "cc": []}
+    for name, value in h.raw_items():  # (one pass: ``get_all`` walks every header a name)
+        into = found.get(name.lower())
+        if into is not None:
+            into.append(_as_text(h.policy.header_fetch_parse(name, value)))
+    values = (*found["from"], *found["to"], *found["cc"])
+    joined = ", ".join(values)  # (as ``getaddresses`` reads its values: one list)
+    if _QUOTED.search(joined) is None:
+        items = joined.split(",")
+        if all(_plain_item(item) for item in items):
+            return " ".join(w for item in items if (w := _person(item.strip())))
     return _people_of(values)
 
 
-# Senders and recipients repeat from message to message: each set is parsed once
-# (but for huge ones, which hostile mail has and a cache should not keep).
-_PEOPLE_CACHED_BELOW = 2_000
+# Senders and recipients repeat from message to message, one address at a time
+# (a To list rarely twice): each address is parsed once. A list is cut at its commas
+# only where no comma can be inside an address: no quoted string, comment, group,
+# escape or domain literal, and at most one <...> an item (else it is parsed whole,
+# as it always was; the test compares the two on generated and real headers).
+_QUOTED = re.compile(r'["()\\:;\[\]]')
+_PERSON_CACHED_BELOW = 1_000  # (hostile mail has huge items: not kept)
+
+
+def _plain_item(item: str) -> bool:
+    opening = item.find("<")
+    if opening < 0:
+        return ">" not in item
+    closing = item.find(">")
+    return opening < closing == item.rfind(">") and item.count("<") == 1
+
+
+def _person(item: str) -> str:
+    if len(item) < _PERSON_CACHED_BELOW:
+        return _person_cached(item)
+    return _people_of((item,))
 
 
 def _people_of(values: tuple[str, ...]) -> str:
@@ -211,7 +238,9 @@ def _people_of(values: tuple[str, ...]) -> str:
     return " ".join(words)
 
 
-_people_cached = functools.lru_cache(maxsize=4096)(_people_of)
+@functools.lru_cache(maxsize=16_384)
+def _person_cached(item: str) -> str:
+    return _people_of((item,))
 
 
 def extract(raw: bytes) -> MessageText:

@@ -14,7 +14,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
 from projections.fulltext.extract import extract
-from stores.blobs import BlobStore
+from stores.blobs import BlobStore, Location
 from stores.errors import MailledgerError
 
 __all__ = ["INLINE_BELOW", "Extracted", "Item", "Row", "extracted", "text_row"]
@@ -42,12 +42,12 @@ def _blobs(root: str) -> BlobStore:
     return BlobStore(Path(root))
 
 
-def text_row(blobs: BlobStore, sha: str) -> Row | None:
-    """The index's column values for blob ``sha``; None when it cannot be read (a
-    damaged store: the message is indexed without text, and ``verify`` names the
-    blob)."""
+def text_row(blobs: BlobStore, sha: str, at: Location | None = None) -> Row | None:
+    """The index's column values for blob ``sha`` (``at`` where ``locate`` found
+    it); None when it cannot be read (a damaged store: the message is indexed
+    without text, and ``verify`` names the blob)."""
     try:
-        raw = blobs.get(sha)
+        raw = blobs.get(sha, at=at)
     except (MailledgerError, OSError) as exc:
         log.warning("full-text index: blob %s not read: %s", sha, exc)
         return None
@@ -59,7 +59,8 @@ def text_row(blobs: BlobStore, sha: str) -> Row | None:
 
 
 def _extract_with(blobs: BlobStore, items: Sequence[Item]) -> Extracted:
-    return [(item, text_row(blobs, item[2])) for item in items]
+    where = blobs.locate([item[2] for item in items])  # (one query a chunk, not a blob)
+    return [(item, text_row(blobs, item[2], where.get(item[2]))) for item in items]
 
 
 def _extract_chunk(root: str, items: Sequence[Item]) -> Extracted:

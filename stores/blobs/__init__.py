@@ -25,7 +25,8 @@ The modules: ``codec`` (one blob's bytes), ``pack`` (the pack file format),
 """
 
 from stores.blobs.codec import decode_blob, encode_blob, sha256_hex
+from stores.blobs.index import Location
 from stores.blobs.pack import pack_records
 from stores.blobs.store import BlobStore
 
-__all__ = ["BlobStore", "decode_blob", "encode_blob", "pack_records", "sha256_hex"]
+__all__ = ["BlobStore", "Location", "decode_blob", "encode_blob", "pack_records", "sha256_hex"]

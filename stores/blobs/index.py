@@ -95,6 +95,27 @@ class PackIndex:
             )
         return [(name, off, length) for name, off, length in rows]
 
+    def locate(self, shas: Sequence[str]) -> dict[str, Location]:
+        """Where a pack holds each of ``shas`` it lists (the first pack by name, as
+        ``lookup``'s first): one query for them all, where a text rebuild's
+        workers spent a twentieth of their time on one query a blob."""
+        if not shas or not self._exists():
+            return {}
+        keys = [bytes.fromhex(sha) for sha in set(shas)]
+        found: dict[str, Location] = {}
+        with self._lock:
+            con = self.connection()
+            for at in range(0, len(keys), _SQL_VARS):
+                part = keys[at : at + _SQL_VARS]
+                marks = ",".join("?" * len(part))
+                rows = con.execute(
+                    "SELECT b.sha, p.name, b.off, b.len FROM blobs b JOIN packs p ON p.id = b.pack"
+                    f" WHERE b.sha IN ({marks}) ORDER BY p.name DESC",
+                    part,
+                )
+                found.update((sha.hex(), (name, off, length)) for sha, name, off, length in rows)
+        return found
+
     def present(self, shas: set[str]) -> set[str]:
         """Those of ``shas`` some listed pack holds (one query for them all)."""
         if not shas or not self._exists():

@@ -267,6 +267,25 @@ def test_a_pack_holds_many_blobs_in_one_file_each_read_back_exactly(blobs: BlobS
     assert fresh.stored_bytes() == packs[0].stat().st_size
 
 
+def test_blobs_located_at_once_read_back_and_a_stale_place_is_looked_up_again(
+    blobs: BlobStore,
+) -> None:
+    texts = [TEXT + str(i).encode() for i in range(20)]
+    loose = TEXT + b"loose"
+    blobs.put_many(_encoded(*texts))
+    blobs.put(loose)
+    shas = [sha256_hex(t) for t in [*texts, loose]]
+    reader = BlobStore(blobs.root)
+    where = reader.locate([*shas, "0" * 64])
+    assert set(where) == set(shas[:-1])  # a loose blob and an unknown one: not in a pack
+    assert [reader.get(sha, at=where.get(sha)) for sha in shas] == [*texts, loose]
+    # a purge rewrites the pack after the places were read: each is found anew
+    blobs.delete(shas[0])
+    assert [reader.get(sha, at=where[sha]) for sha in shas[1:-1]] == texts[1:]
+    with pytest.raises(NotFoundError):
+        reader.get(shas[0], at=where[shas[0]])
+
+
 def test_put_many_writes_nothing_already_stored_and_a_repeat_once(blobs: BlobStore) -> None:
     sha_a, _ = blobs.put(TEXT)
     texts = [TEXT, TEXT + b"b", TEXT + b"b"]
