@@ -79,6 +79,16 @@ _BUILD_CACHE_KIB = 128 << 10
 _BUILD_HASH_BYTES = 128 << 20
 _HASH_BYTES = 1 << 20
 _HASHSIZE = "INSERT INTO text(text, rank) VALUES('hashsize', ?)"
+# While building, the segments are not merged as they come ('automerge' 0; a
+# 'crisismerge' only past 64 on a level): the final 'optimize' merges them all
+# once. FTS5's default merges each byte again at every level it climbs: the
+# writer's CPU a message at 1,000,000 messages 0.43 -> 0.33 ms. The defaults
+# are put back before that 'optimize', for the syncs that follow.
+_BUILD_MERGES = ((0, 64), (4, 16))  # (automerge, crisismerge): building, then after
+_MERGES = (
+    "INSERT INTO text(text, rank) VALUES('automerge', ?)",
+    "INSERT INTO text(text, rank) VALUES('crisismerge', ?)",
+)
 _OPTIMIZE = "INSERT INTO text(text) VALUES('optimize')"
 _INSERT = f"INSERT INTO text(rowid, {', '.join(COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)"
 _DELETE = f"INSERT INTO text(text, rowid, {', '.join(COLUMNS)}) VALUES ('delete', ?, ?, ?, ?, ?, ?)"
@@ -109,6 +119,11 @@ def _open(path: Path, *, building: bool = False) -> apsw.Connection:
         _pragma(con, "PRAGMA journal_mode=WAL")
         _pragma(con, "PRAGMA synchronous=NORMAL")
     return con
+
+
+def _set_merges(con: apsw.Connection, automerge: int, crisismerge: int) -> None:
+    con.execute(_MERGES[0], (automerge,))
+    con.execute(_MERGES[1], (crisismerge,))
 
 
 def _meta(con: apsw.Connection) -> dict[str, int]:
@@ -278,9 +293,11 @@ class FullText:
             try:
                 con.execute(_SCHEMA)
                 with con:
+                    _set_merges(con, *_BUILD_MERGES[0])
                     con.execute(_HASHSIZE, (_BUILD_HASH_BYTES,))
                     self._add(con, _stored(duck))
                     con.execute(_HASHSIZE, (_HASH_BYTES,))
+                    _set_merges(con, *_BUILD_MERGES[1])
                     con.execute(_OPTIMIZE)
                     _set_meta(con, "applied_seq", target)
                     _set_meta(con, "text_version", TEXT_VERSION)

@@ -53,6 +53,15 @@ def fold(text: str) -> str:
     # own. The same text as passing over the whole: casefold, NFKD and dropping
     # combining marks work character by character, and NFKD's reordering of
     # combining marks stops at an ASCII character (it combines with nothing).
+    # The regular expression walks its text character by character (100 us a body):
+    # only the lines holding non-ASCII are given to it (a line break is ASCII too).
+    lines = text.split("\n")
+    if len(lines) > 1:
+        return "\n".join(line.lower() if line.isascii() else _fold_mixed(line) for line in lines)
+    return _fold_mixed(text)
+
+
+def _fold_mixed(text: str) -> str:
     parts = _NON_ASCII.split(text)
     parts[0::2] = [p.lower() for p in parts[0::2]]
     parts[1::2] = [_fold_run(p) for p in parts[1::2]]
