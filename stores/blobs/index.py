@@ -15,6 +15,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from stores.blobs.pack import Entry
 
@@ -99,37 +100,31 @@ class PackIndex:
         """Where a pack holds each of ``shas`` it lists (the first pack by name, as
         ``lookup``'s first): one query for them all, where a text rebuild's
         workers spent a twentieth of their time on one query a blob."""
-        if not shas or not self._exists():
-            return {}
-        keys = [bytes.fromhex(sha) for sha in set(shas)]
-        found: dict[str, Location] = {}
-        with self._lock:
-            con = self.connection()
-            for at in range(0, len(keys), _SQL_VARS):
-                part = keys[at : at + _SQL_VARS]
-                marks = ",".join("?" * len(part))
-                rows = con.execute(
-                    "SELECT b.sha, p.name, b.off, b.len FROM blobs b JOIN packs p ON p.id = b.pack"
-                    f" WHERE b.sha IN ({marks}) ORDER BY p.name DESC",
-                    part,
-                )
-                found.update((sha.hex(), (name, off, length)) for sha, name, off, length in rows)
-        return found
+        rows = self._rows_of(
+            "SELECT b.sha, p.name, b.off, b.len FROM blobs b JOIN packs p ON p.id = b.pack"
+            " WHERE b.sha IN ({marks}) ORDER BY p.name DESC",
+            set(shas),
+        )
+        return {sha.hex(): (name, off, length) for sha, name, off, length in rows}
 
     def present(self, shas: set[str]) -> set[str]:
         """Those of ``shas`` some listed pack holds (one query for them all)."""
+        rows = self._rows_of("SELECT DISTINCT sha FROM blobs WHERE sha IN ({marks})", shas)
+        return {r[0].hex() for r in rows}
+
+    def _rows_of(self, sql: str, shas: set[str]) -> list[tuple[Any, ...]]:
+        """The rows of ``sql`` for ``shas``, its ``{marks}`` their placeholders (in
+        as many queries as SQLite's limit on variables needs)."""
         if not shas or not self._exists():
-            return set()
+            return []
         keys = [bytes.fromhex(sha) for sha in shas]
-        found: set[str] = set()
+        rows: list[tuple[Any, ...]] = []
         with self._lock:
             con = self.connection()
             for at in range(0, len(keys), _SQL_VARS):
                 part = keys[at : at + _SQL_VARS]
-                marks = ",".join("?" * len(part))
-                rows = con.execute(f"SELECT DISTINCT sha FROM blobs WHERE sha IN ({marks})", part)
-                found.update(r[0].hex() for r in rows)
-        return found
+                rows.extend(con.execute(sql.format(marks=",".join("?" * len(part))), part))
+        return rows
 
     def damaged(self) -> dict[str, str]:
         """Pack name -> what is wrong with it, for the packs indexed by a scan."""
