@@ -11,19 +11,29 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stores import arrow
 from stores.atomic import replace_file, unique_name
 from stores.errors import LogIntegrityError
 from stores.log.files import DIGEST_KEY, LogDirectory, LogFile, stat_key
 
-__all__ = ["CheckedCache", "check_file", "checked_last_seq"]
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["CheckedCache", "check_file", "checked_last_seq", "checked_rows"]
 
 _CHECKED = ".checked.json"
 
 
 def check_file(f: LogFile) -> str | None:
     """What is wrong with file ``f`` (None when whole and untampered)."""
+    return checked_rows(f)[1]
+
+
+def checked_rows(f: LogFile) -> tuple[pa.Table | None, str | None]:
+    """File ``f``'s rows as read for its check, and what is wrong with it (None
+    when whole and untampered; then the rows are those its digest vouches for)."""
     from stores.digest import digest_matches  # (pyarrow: only where a file is read)
 
     try:
@@ -32,24 +42,24 @@ def check_file(f: LogFile) -> str | None:
         table = pf.read()
         table.validate(full=True)  # damaged pages may decode into invalid UTF-8
         if table.num_rows != f.rows:
-            return f"{f.path}: holds {table.num_rows} rows, its name says {f.rows}"
+            return None, f"{f.path}: holds {table.num_rows} rows, its name says {f.rows}"
         if "seq" not in table.column_names or table.column("seq").to_pylist() != list(
             range(f.first, f.last + 1)
         ):
-            return f"{f.path}: seq column does not match its name"
+            return None, f"{f.path}: seq column does not match its name"
         digest = meta.get(DIGEST_KEY)
         if digest is None:
-            return f"{f.path}: no mailledger digest in its metadata"
+            return None, f"{f.path}: no mailledger digest in its metadata"
         if not digest_matches(table, digest):
-            return f"{f.path}: rows do not match their digest (tampered with?)"
+            return None, f"{f.path}: rows do not match their digest (tampered with?)"
     except FileNotFoundError:
         raise
     except Exception as exc:
         # a damaged page that still decompressed can fail anywhere in decoding
         # (invalid UTF-8, a timestamp out of range...): never a traceback,
         # always the file's name
-        return f"{f.path}: unreadable: {type(exc).__name__}: {exc}"
-    return None
+        return None, f"{f.path}: unreadable: {type(exc).__name__}: {exc}"
+    return table, None
 
 
 class CheckedCache:

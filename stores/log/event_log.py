@@ -10,7 +10,9 @@ assigns seq contiguously. Every file carries a digest of its rows
 
 Compaction writes a merged file first and removes the small ones after; while
 both exist, readers take the file that covers the wider range, so no reader
-ever sees an event twice or misses one.
+ever sees an event twice or misses one. Each append also merges one run of
+small files, if the log has one (``stores.log.tiers``): the number of files
+follows the events, not the commits.
 
 ``check()`` runs when a store is opened: every file must be whole (a truncated
 or damaged file is refused with its name). A file is digest-checked in full the
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import threading
 import time
@@ -36,7 +39,7 @@ from stores.atomic import fsync_dir
 from stores.digest import table_digest
 from stores.errors import LockTimeout, LogIntegrityError
 from stores.events import SCHEMA, SCHEMA_VERSION, Event, batch_of, events_to_table
-from stores.log.checks import CheckedCache, check_file
+from stores.log.checks import CheckedCache, check_file, checked_rows
 from stores.log.files import (
     DIGEST_KEY,
     FIRST_KEY,
@@ -49,16 +52,28 @@ from stores.log.files import (
     stat_key,
 )
 from stores.log.reading import read_after, read_at
+from stores.log.tiers import LIMITS, next_merge
 
 __all__ = ["EventLog"]
+
+log = logging.getLogger("mailledger.log")
+
+_BARE_SCHEMA = SCHEMA.remove_metadata()
+
+_RECENT_ROWS = 20_000
+"""Rows of the small files it wrote that an ``EventLog`` keeps for their merge."""
 
 
 class EventLog:
     """Append-only, crash-safe Parquet log with a global contiguous ``seq``."""
 
-    def __init__(self, root: Path, *, durable: bool = True) -> None:
+    def __init__(self, root: Path, *, durable: bool = True, merge_small: bool = True) -> None:
+        """``merge_small``: each append merges a run of small files (``tiers``); off
+        only where a test needs every commit's file kept."""
         self.root = Path(root)
         self.durable = durable
+        self.merge_small = merge_small
+        self._recent: dict[str, pa.Table] = {}  # (see ``_remember``)
         # the writer lock is reentrant for the thread holding it (a purge appends
         # and rewrites under one lock); other threads wait as other processes do
         self._lock_owner: int | None = None
@@ -144,14 +159,60 @@ class EventLog:
             table = events_to_table(events, first_seq=first)
             if before_commit is not None:
                 before_commit()
-            self._write(table, first, first + len(events) - 1, [f.name for f in files])
+            last = first + len(events) - 1
+            self._write(table, first, last, [f.name for f in files])
+            self._remember(file_name(first, last), table)
+            self._merge_small([*files, LogFile(first, last, self.root, file_name(first, last))])
         return table
+
+    def _remember(self, name: str, table: pa.Table) -> None:
+        """Keep the rows of small file ``name`` that this process just wrote, for the
+        merge that will take it: an import merges its 1,000-event files ten at a
+        time, and reading each back and checking its digest cost 0.39 s a merge
+        (rows never out of this process's hands need no check). At most
+        ``_RECENT_ROWS`` rows are kept, the oldest let go first."""
+        if not self.merge_small or table.num_rows >= LIMITS[-1]:
+            return
+        recent = self._recent
+        recent[name] = table.replace_schema_metadata(None)
+        while sum(t.num_rows for t in recent.values()) > _RECENT_ROWS:
+            del recent[next(iter(recent))]
+
+    def _merge_small(self, files: Sequence[LogFile]) -> None:
+        """Merge the next run of small files of the log whose files are ``files``
+        (``tiers.next_merge``), if it has one; under the lock. The append has
+        committed already: a merge that fails (a damaged file, a full disk) leaves
+        every file as it was and is tried again at the next append."""
+        run = next_merge(files) if self.merge_small else None
+        if run is None:
+            return
+        recent = self._recent
+        try:
+            tables = [recent.get(f.name) for f in run]
+            tables = [
+                self.read_checked(f, "merging small files").replace_schema_metadata(None)
+                if t is None
+                else t
+                for f, t in zip(run, tables, strict=True)
+            ]
+            merged = pa.concat_tables(tables)
+            self._write(merged, run[0].first, run[-1].last, [f.name for f in files])
+        except (OSError, LogIntegrityError) as exc:
+            log.warning("%s: small log files not merged: %s", self.root, exc)
+            return
+        for f in run:
+            recent.pop(f.name, None)
+            f.path.unlink(missing_ok=True)
+        self._remember(file_name(run[0].first, run[-1].last), merged)
+        if self.durable:
+            fsync_dir(self.root)
 
     def _write(
         self, table: pa.Table, first: int, last: int, present: Sequence[str] | None = None
     ) -> Path:
         """Write ``table`` as the file of seqs ``first``..``last``. ``present``: the
         other log files as the caller listed them under the lock (None: list them)."""
+        self._recent.pop(file_name(first, last), None)  # (a rewrite: other rows now)
         meta = {
             DIGEST_KEY: table_digest(table).encode(),
             FIRST_KEY: str(first).encode(),
@@ -304,6 +365,7 @@ class EventLog:
         ones are removed, and readers prefer the wider file meanwhile.
         """
         with self.lock():
+            self._recent.clear()
             self._remove_leftovers()
             files = self.files()
             before = len(files)
@@ -349,9 +411,11 @@ class EventLog:
         Compaction and purge write a fresh digest; rewriting an altered file
         would hide the alteration from ``verify`` for good.
         """
-        problem = self.check_file(f)  # rows against their digest and the file's name
-        if problem is not None:
+        table, problem = checked_rows(f)  # rows against their digest and the file's name
+        if table is None:
             raise LogIntegrityError(f"{problem}; not {doing} (run verify)")
+        if table.schema.remove_metadata() == _BARE_SCHEMA:
+            return table.replace_schema_metadata(SCHEMA.metadata)  # (read once, not twice)
         return arrow.parquet().read_table(f.path, schema=SCHEMA)
 
     def _remove_covered(

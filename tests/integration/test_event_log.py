@@ -33,7 +33,7 @@ from stores.events import (
     MessageDeleted,
     events_from_table,
 )
-from stores.log import EventLog
+from stores.log import EventLog, tiers
 from testkit.strategies import any_event
 
 T0 = datetime(2026, 6, 26, 9, 30, 15, 123456, tzinfo=UTC)
@@ -88,6 +88,12 @@ def place_merged_file(log: EventLog, rows: int) -> None:
 @pytest.fixture
 def log(tmp_path: Path) -> EventLog:
     return EventLog(tmp_path / "log")
+
+
+@pytest.fixture
+def unmerged(tmp_path: Path) -> EventLog:
+    """A log whose appends keep every commit's file (for ``compact`` to merge)."""
+    return EventLog(tmp_path / "log", merge_small=False)
 
 
 # -- round trip ---------------------------------------------------------------------
@@ -217,7 +223,8 @@ def test_a_crashed_writers_temporary_file_is_invisible_and_removed_by_the_next_a
 # -- compaction -----------------------------------------------------------------------
 
 
-def test_compaction_merges_small_files_keeping_every_event_and_seq(log: EventLog) -> None:
+def test_compaction_merges_small_files_keeping_every_event_and_seq(unmerged: EventLog) -> None:
+    log = unmerged
     events = fill(log, [1, 2, 3] * 20)
     before = log.read()
     assert log.compact() == (60, 1)
@@ -300,8 +307,9 @@ def test_readers_never_see_a_duplicate_or_a_gap_while_compaction_and_appends_run
 
 
 def test_a_compaction_that_crashed_before_removing_small_files_is_harmless(
-    log: EventLog,
+    unmerged: EventLog,
 ) -> None:
+    log = unmerged
     events = fill(log, [3] * 10)
     # the crash: the merged file of seq 1..24 is in place, the small ones still there
     place_merged_file(log, 24)
@@ -342,6 +350,61 @@ def test_compaction_refuses_to_merge_a_file_that_was_altered(log: EventLog) -> N
         log.compact()
     assert victim.exists()
     assert any(victim.name in p for p in log.verify())  # still named, not hidden by a merge
+
+
+# -- the merge each append makes -----------------------------------------------------
+
+
+def test_appends_merge_small_files_so_the_file_count_follows_the_events_not_the_commits(
+    tmp_path: Path,
+) -> None:
+    log = EventLog(tmp_path / "log", durable=False)
+    events = fill(log, [1] * 250)
+    counts = [len(log.files())]
+    events += fill(log, [1, 2, 3, 30, 1] * 30)  # sizes mixed: a run takes any small ones
+    counts.append(len(log.files()))
+    assert max(counts) <= 4 * (tiers.FANOUT - 1) + 1, counts  # a commit a file: 250, 400
+    assert files_on_disk(log) == [f.name for f in log.files()]  # no merged file left behind
+    assert events_from_table(log.read()) == committed(events)
+    assert log.verify() == []
+
+
+def test_import_sized_commits_end_as_files_of_ten_thousand_events(tmp_path: Path) -> None:
+    log = EventLog(tmp_path / "log", durable=False)
+    fill(log, [1_000] * 25)
+    # 20 commits made two files of 10,000; the last five wait for five more
+    assert [f.rows for f in log.files()] == [10_000, 10_000] + [1_000] * 5
+    assert seqs(log) == list(range(1, 25_001))
+    assert log.verify() == []
+
+
+def test_a_merge_that_cannot_read_a_file_leaves_the_append_and_every_file_as_they_were(
+    log: EventLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    fill(log, [2] * 9)
+    victim = log.files()[4].path
+    _rewrite_with_pyarrow(victim, lambda t: _set_column(t, "actor", ["mallory"] * t.num_rows))
+    before = files_on_disk(log)
+    log = EventLog(log.root)  # (another process: not one that wrote these rows itself)
+    log.append([deleted(18)])  # the tenth small file: its run would be merged now
+    assert seqs(log) == list(range(1, 20))
+    assert files_on_disk(log) == [*before, f"{19:020d}-{19:020d}.parquet"]
+    assert victim.name in caplog.text and "not merged" in caplog.text
+    assert any(victim.name in p for p in log.verify())  # named, not hidden by a merge
+
+
+def test_a_merge_takes_the_rows_a_rewrite_put_in_place_not_those_first_written(
+    log: EventLog,
+) -> None:
+    fill(log, [2] * 9)
+    f = log.files()[3]
+    with log.lock():  # (as a purge does)
+        new = _set_column(log.read_checked(f), "actor", ["purge"] * 2)
+        log.rewrite(f, new)
+    log.append([deleted(18)])  # merged now, from rows this process still holds
+    assert len(log.files()) == 1
+    assert log.read(columns=["actor"]).column("actor").to_pylist()[6:8] == ["purge"] * 2
+    assert log.verify() == []
 
 
 # -- verify ---------------------------------------------------------------------------
