@@ -197,15 +197,15 @@ class EventLog:
             ]
             merged = pa.concat_tables(tables)
             self._write(merged, run[0].first, run[-1].last, [f.name for f in files])
-        except (OSError, LogIntegrityError) as exc:
+            for f in run:
+                recent.pop(f.name, None)
+                f.path.unlink(missing_ok=True)
+            if self.durable:
+                fsync_dir(self.root)
+        except Exception as exc:  # (never the append's failure: it has committed)
             log.warning("%s: small log files not merged: %s", self.root, exc)
             return
-        for f in run:
-            recent.pop(f.name, None)
-            f.path.unlink(missing_ok=True)
         self._remember(file_name(run[0].first, run[-1].last), merged)
-        if self.durable:
-            fsync_dir(self.root)
 
     def _write(
         self, table: pa.Table, first: int, last: int, present: Sequence[str] | None = None
