@@ -365,17 +365,29 @@ class SyncOp(Operation):
             _require(st.log.last_seq() == f.last_seq, "an idle second sync added events")
 
 
-def _maildir_template(work: Path, rng: random.Random, name: str, batch: int, n: int) -> Path:
-    """A store of ``n`` bench-corpus messages imported in batches of ``batch`` (a file each)."""
+# ``mailledger`` whose appends keep every commit's file, as before they merged small
+# ones: the layout of a store made before, which ``compact`` must be killable in
+_UNMERGED_CLI = (
+    "import sys; from stores.log import event_log;"
+    " event_log.EventLog.__init__.__kwdefaults__['merge_small'] = False;"
+    " from pipeline.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def _maildir_template(
+    work: Path, rng: random.Random, name: str, batch: int, n: int, *, unmerged: bool = False
+) -> Path:
+    """A store of ``n`` bench-corpus messages imported in batches of ``batch`` (a
+    file each, merged ten at a time unless ``unmerged``)."""
     from testkit.corpus import write_maildir
 
     src = work / f"{name}-maildir"
     write_maildir(src, n, seed=rng.randrange(1 << 30))
     store = work / f"{name}-template"
-    code, text = run_cli(
-        cli_argv(store, "import", "maildir", str(src), "--batch-size", str(batch)),
-        work / f"{name}-template.out",
-    )
+    argv = cli_argv(store, "import", "maildir", str(src), "--batch-size", str(batch))
+    if unmerged:
+        argv[1:3] = ["-c", _UNMERGED_CLI]  # (in place of ``-m pipeline``)
+    code, text = run_cli(argv, work / f"{name}-template.out")
     _require(code == 0, f"template import failed: {text[-500:]}")
     return store
 
@@ -435,7 +447,7 @@ class CompactOp(_TemplateOp):
         from stores.log import EventLog
 
         self.template = _maildir_template(
-            self.work, self.rng, "compact", batch=3, n=self.size(N_MESSAGES)
+            self.work, self.rng, "compact", batch=3, n=self.size(N_MESSAGES), unmerged=True
         )
         _add_cursors(self.template)
         self.reference = inspect(_copy(self.template, self.work / "scratch"), None)
