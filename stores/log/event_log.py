@@ -186,26 +186,33 @@ class EventLog:
         run = next_merge(files) if self.merge_small else None
         if run is None:
             return
-        recent = self._recent
         try:
-            tables = [recent.get(f.name) for f in run]
-            tables = [
-                self.read_checked(f, "merging small files").replace_schema_metadata(None)
-                if t is None
-                else t
-                for f, t in zip(run, tables, strict=True)
-            ]
-            merged = pa.concat_tables(tables)
-            self._write(merged, run[0].first, run[-1].last, [f.name for f in files])
-            for f in run:
-                recent.pop(f.name, None)
-                f.path.unlink(missing_ok=True)
-            if self.durable:
-                fsync_dir(self.root)
+            merged = self._merge(run, "merging small files", [f.name for f in files])
         except Exception as exc:  # (never the append's failure: it has committed)
             log.warning("%s: small log files not merged: %s", self.root, exc)
             return
         self._remember(file_name(run[0].first, run[-1].last), merged)
+
+    def _merge(
+        self, run: Sequence[LogFile], doing: str, present: Sequence[str] | None = None
+    ) -> pa.Table:
+        """Replace the consecutive files ``run`` with one file of their rows (those
+        this process remembers, else read back and checked); returns the rows. The
+        merged file is durable before the small ones go. Under the lock."""
+        recent = self._recent
+        merged = pa.concat_tables(
+            [
+                recent.pop(f.name, None)
+                or self.read_checked(f, doing).replace_schema_metadata(None)
+                for f in run
+            ]
+        )
+        self._write(merged, run[0].first, run[-1].last, present)
+        for f in run:
+            f.path.unlink()
+        if self.durable:
+            fsync_dir(self.root)
+        return merged
 
     def _write(
         self, table: pa.Table, first: int, last: int, present: Sequence[str] | None = None
@@ -388,14 +395,7 @@ class EventLog:
             for group in groups:
                 if len(group) < 2:
                     continue
-                table = pa.concat_tables(
-                    [self.read_checked(f) for f in group]
-                ).replace_schema_metadata(None)
-                self._write(table, group[0].first, group[-1].last)
-                for f in group:
-                    f.path.unlink()
-                if self.durable:
-                    fsync_dir(self.root)
+                self._merge(group, "compacting")
             self._remove_covered()
             return before, len(self.files())
 
