@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from email.message import Message
 
+from projections.fulltext.headers import boundary as part_boundary
 from projections.fulltext.headers import charset as part_charset
 from projections.fulltext.headers import kind, parse_head
 from projections.normalize import normalize_subject
@@ -83,6 +84,8 @@ def _header_text(value: object) -> str:
     if isinstance(value, email.header.Header):  # (8-bit bytes in the header)
         return "".join(_eight_bit(b, c) for b, c in email.header.decode_header(value))
     text = _raw_utf8(str(value)[:_HEADER_CHARS])
+    if "=?" not in text:  # (no encoded word: ``make_header`` gives the text back as it is)
+        return text
     try:
         return str(email.header.make_header(email.header.decode_header(text)))
     except (ValueError, LookupError, UnicodeError, email.errors.HeaderParseError):
@@ -163,7 +166,7 @@ class _Walk:
         if depth >= _MAX_DEPTH:
             return h
         if ctype.startswith("multipart/"):
-            boundary = h.get_boundary()
+            boundary = part_boundary(h)
             if boundary:
                 self._multipart(body, boundary, depth)
             return h
@@ -205,6 +208,8 @@ def _people(h: Message) -> str:
         items = joined.split(",")
         if all(_plain_item(item) for item in items):
             return " ".join(w for item in items if (w := _person(item.strip())))
+    if sum(len(v) for v in values) < _PERSON_CACHED_BELOW:
+        return _people_cached(values)
     return _people_of(values)
 
 
@@ -241,6 +246,11 @@ def _people_of(values: tuple[str, ...]) -> str:
 @functools.lru_cache(maxsize=16_384)
 def _person_cached(item: str) -> str:
     return _people_of((item,))
+
+
+@functools.lru_cache(maxsize=4_096)
+def _people_cached(values: tuple[str, ...]) -> str:
+    return _people_of(values)
 
 
 def extract(raw: bytes) -> MessageText:

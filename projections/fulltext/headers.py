@@ -23,7 +23,7 @@ import functools
 import re
 from email.message import Message
 
-__all__ = ["Kind", "charset", "kind", "parse_head"]
+__all__ = ["Kind", "boundary", "charset", "kind", "parse_head"]
 
 _PARSER = email.parser.BytesParser(policy=email.policy.compat32)
 # a header: its name (the feed parser's ``headerRE``, less a line starting with
@@ -35,6 +35,17 @@ _SECTION = re.compile(f"(?:{_FIELD_TEXT})*")
 # (it splits at CR, LF and CRLF only)
 _OTHER_BREAKS = re.compile(r"[\x0b\x0c\x1c-\x1e]")
 _CACHED_BELOW = 1_000  # longer header values are not kept (hostile mail has huge ones)
+# A multipart Content-Type names a boundary no other message shares, so the facts
+# asked of it were never found in the cache and were worked out again each time
+# (by far the most common kind of part to miss). A value that is only a type and
+# a plain boundary (a token, or quoted printable ASCII without a quote, backslash
+# or ";") has no other parameter: the type alone gives the same facts, and its
+# boundary is the value as ``get_boundary`` unquotes it.
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_PLAIN_MULTIPART = re.compile(
+    rf'\s*(multipart/{_TOKEN})\s*;\s*boundary=(?:"([\x20\x21\x23-\x3a\x3c-\x5b\x5d-\x7e]*)"|({_TOKEN}))\s*',
+    re.ASCII | re.IGNORECASE,
+)
 
 Kind = tuple[str, str | None, str]
 """A part's content type, file name and disposition (lower case, "" when none),
@@ -77,9 +88,22 @@ def _first(h: Message, wanted: str) -> str | None:
 def kind(h: Message) -> Kind:
     """The content type, file name and disposition of the part whose headers are ``h``."""
     ctype, disposition = _first(h, "content-type"), _first(h, "content-disposition")
+    plain = _PLAIN_MULTIPART.fullmatch(ctype) if ctype is not None else None
+    if plain is not None:
+        ctype = plain.group(1)
     if len(ctype or "") + len(disposition or "") < _CACHED_BELOW:
         return _kind_of(ctype, disposition)
     return _kind(ctype, disposition)
+
+
+def boundary(h: Message) -> str | None:
+    """The boundary of the multipart part whose headers are ``h`` (``get_boundary``)."""
+    ctype = _first(h, "content-type")
+    plain = _PLAIN_MULTIPART.fullmatch(ctype) if ctype is not None else None
+    if plain is None:
+        return h.get_boundary()
+    quoted, token = plain.group(2, 3)
+    return (token if quoted is None else quoted).rstrip()
 
 
 def charset(h: Message) -> str | None:

@@ -52,9 +52,11 @@ def text_row(blobs: BlobStore, sha: str, at: Location | None = None) -> Row | No
         log.warning("full-text index: blob %s not read: %s", sha, exc)
         return None
     # (lone surrogates, which hostile bytes can leave, are no text SQLite can store:
-    # each becomes U+FFFD, the same way for the text a removal gives again)
+    # each becomes U+FFFD, the same way for the text a removal gives again; ASCII
+    # text has none)
     return tuple(
-        v.encode("utf-8", "surrogatepass").decode("utf-8", "replace") for v in extract(raw).row()
+        v if v.isascii() else v.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        for v in extract(raw).row()
     )  # type: ignore[return-value]
 
 

@@ -1,5 +1,5 @@
-"""The lean header reading: the same headers and MIME facts as the standard
-library's parser, whatever the block holds."""
+"""The lean header reading: the same headers and MIME facts (a multipart
+boundary too) as the standard library's parser, whatever the block holds."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.fulltext.headers import charset, kind, parse_head
+from projections.fulltext.headers import boundary, charset, kind, parse_head
 
 _STD = email.parser.BytesParser(policy=email.policy.compat32)
 
@@ -25,6 +25,7 @@ def _same(head: bytes) -> None:
     assert list(ours.raw_items()) == list(std.raw_items())
     assert kind(ours) == _std_kind(std)
     assert charset(ours) == std.get_content_charset()
+    assert boundary(ours) == std.get_boundary()
 
 
 @pytest.mark.parametrize(
@@ -42,6 +43,13 @@ def _same(head: bytes) -> None:
         b"Subject: caf\xc3\xa9\r\nContent-Type: text/plain; charset=\xff\r\n\r\n",
         b"Subject: no blank line at the end",
         b"Subject: x\r\nnot a header line\r\nX-After: y\r\n\r\n",
+        b'Content-Type: multipart/alternative;\r\n boundary="----=_Part_1_2.3"\r\n\r\n',
+        b"Content-Type: MULTIPART/Mixed; BOUNDARY=simple-token  \r\n\r\n",
+        b'Content-Type: multipart/mixed; boundary="trailing space "\r\n\r\n',
+        b'Content-Type: multipart/mixed; boundary="a"; name="x.zip"\r\n\r\n',
+        b'Content-Type: multipart/mixed; boundary=""\r\nContent-Disposition: attachment;'
+        b' filename="m.eml"\r\n\r\n',
+        b'Content-Type: multipart/mixed; boundary="caf\xc3\xa9"\r\n\r\n',
         b"",
     ],
 )
@@ -65,6 +73,10 @@ _PIECES = st.sampled_from(
         b'; name="a;b.txt"',
         b"; filename*0*=utf-8''%C3%A9; filename*1=x",
         b'; boundary="b"',
+        b"multipart/alternative",
+        b"; boundary=",
+        b"; Boundary=",
+        b"=_x-y.z",
         b"attachment",
         b"\r\n",
         b"\n",
