@@ -41,6 +41,7 @@ bench: venv
 # 19 GB under bench-data/ and hours on two cores. The sync figures need Dovecot (from
 # apt-get when run as root and missing), or SCALE_ARGS="--no-sync". A quick one:
 # SCALE_ARGS="--sizes 2000,10000 --sync-messages 300 --data /tmp/bench-scale".
+# SCALE_ARGS="--reuse" measures the stores a previous run left, without importing them again.
 bench-scale: venv
 	@if [ ! -x /usr/sbin/dovecot ] && ! command -v dovecot >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 	  echo "bench-scale: installing dovecot for the sync figures" >&2; \

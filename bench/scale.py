@@ -12,13 +12,17 @@ growth of 1.0 is linear; above 1.25 is a scale problem. Nothing here gates CI;
 it prints, and a one-line JSON of every figure comes last, for a note to quote.
 
     python -m bench.scale [--sizes 100000,1000000] [--data bench-data]
-        [--sync-messages 10000] [--replay-args "--memory 1GiB"] [--no-sync]
+        [--sync-messages 10000] [--replay-args "--memory 1GiB"] [--no-sync] [--reuse]
 
 The corpus of each size (``testkit.corpus``, seed 1) is generated once under
 ``--data`` and reused by later runs (``bench.run`` shares the 100,000 one). The
 store is imported again on every run, because the import is a figure, and the
 sync into it is the last step on it, because the sync changes it. The default
 sizes take about 12 GB of corpus and 7 GB of store, and hours on two cores.
+``--reuse`` measures the stores an earlier run left (or any store put at
+``DATA/store-N-SEED``) without importing them again: every figure but the
+import's, which is then not printed (the store holds what the earlier syncs
+added to it).
 """
 
 from __future__ import annotations
@@ -243,22 +247,26 @@ def _measure_size(n: int, ns: argparse.Namespace, dv: Dovecot | None) -> Size:
     m = Size(n)
     maildir = corpus(ns.data, n, ns.seed)
     store = ns.data / f"store-{n}-{ns.seed}"
-    shutil.rmtree(store, ignore_errors=True)
     ml = [sys.executable, "-m", "pipeline", "--store", str(store)]
 
     # 1. import. The corpus's dirty pages (11 GB at 1,000,000) are written out
     # first, and the previous step's before each replay, the verify and each
     # sync: the kernel's write-back is not part of any figure.
-    os.sync()
-    wall, rss, _, out = _tree([*ml, "import", "maildir", str(maildir), "--json"])
-    counts = json.loads(out)
-    m.put("import_wall_s", wall, n)
-    m.put("import_msgs_per_s", n / wall)
-    m.put("import_rss_mib", rss, n)
-    m.say(
-        f"import: {wall:.1f} s, {n / wall:,.0f} msg/s, {rss:.0f} MiB; new="
-        f"{counts['new_messages']} malformed={counts['malformed']} balanced={counts['balanced']}"
-    )
+    if ns.reuse and (store / "store.json").exists():
+        m.say(f"import: not run (--reuse: {store} as it stands)")
+    else:
+        shutil.rmtree(store, ignore_errors=True)
+        os.sync()
+        wall, rss, _, out = _tree([*ml, "import", "maildir", str(maildir), "--json"])
+        counts = json.loads(out)
+        m.put("import_wall_s", wall, n)
+        m.put("import_msgs_per_s", n / wall)
+        m.put("import_rss_mib", rss, n)
+        m.say(
+            f"import: {wall:.1f} s, {n / wall:,.0f} msg/s, {rss:.0f} MiB; new="
+            f"{counts['new_messages']} malformed={counts['malformed']}"
+            f" balanced={counts['balanced']}"
+        )
 
     # 2. replay: the median of _REPEAT by its own seconds; memory is the peak of all
     replays = []
@@ -592,6 +600,11 @@ def main(argv: list[str] | None = None) -> int:
         " together, as far as can be foreseen (default 600)",
     )
     ap.add_argument("--no-sync", action="store_true", help="no Dovecot: skip the sync figures")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="measure the stores an earlier run left under --data (no import figures)",
+    )
     ns = ap.parse_args(argv)
     ns.sample = None  # (the first size's lookup sample, asked again at the others)
     ns.search_sample = None  # (likewise for the search queries)
