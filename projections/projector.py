@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from projections import snapshot
 from projections.fold import FOLD_SCHEMA, applied_seq, apply_chunks, hash_probe, meta_values
+from projections.fold.deltas import merge_deltas
 from projections.past import PastProjections
 from projections.queries import counts, run_sql, snapshot_folders
 from projections.rebuilds import RebuildFiles, cache_dir
@@ -264,6 +265,15 @@ class Projector:
         due = self.unfolded >= max(self.fold_every, int(self.fold_share * self._folded))
         if fold or (due and self.db_path.exists()):
             self.catch_up()
+
+    def merge_deltas(self) -> bool:
+        """Move the rows the folds appended into the bases of the split tables
+        (``compact``; a fold does it once they are large: ``fold.deltas``);
+        False when DuckDB's memory limit refused it."""
+        with self.hold():
+            con = self.writer()
+            self._catch_up(con)
+            return merge_deltas(con)
 
     def forget_pending(self) -> None:
         """Drop the batches held for a fold (the log was rewritten under them)."""

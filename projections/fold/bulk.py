@@ -35,9 +35,11 @@ from projections.fold.threads import BULK_EDGES, bulk_components, count_threads
 from projections.tables import (
     PROJECTION_VERSION,
     TABLES,
+    base_of,
     column_types,
     create_indexes,
     create_tables,
+    drop_tables,
     sql_string,
 )
 
@@ -303,7 +305,7 @@ def build_tables(con: duckdb.DuckDBPyConnection, builders: int) -> None:
 
     def messages(c: duckdb.DuckDBPyConnection) -> None:
         views(c, new_rows, "_batch _derived _win")
-        c.execute("INSERT INTO messages BY NAME SELECT * FROM _new")
+        c.execute(f"INSERT INTO {base_of('messages')} BY NAME SELECT * FROM _new")
 
     def header_index(c: duckdb.DuckDBPyConnection) -> None:
         views(c, new_rows, "_batch _derived _win")
@@ -311,7 +313,7 @@ def build_tables(con: duckdb.DuckDBPyConnection, builders: int) -> None:
         # together, and a find reads few row groups. One pass over the rows, each
         # row's entries unnested, cost 1.5 s less CPU at 1M but interleaved them:
         # find from 1.7x slower on the same 100k store)
-        c.execute(INSERT_ENTRIES.format(src=f"({entries('_new')})"))
+        c.execute(INSERT_ENTRIES.format(table=base_of("header_index"), src=f"({entries('_new')})"))
 
     catalog = con.execute("SELECT current_database()").fetchall()[0][0]
 
@@ -367,5 +369,5 @@ def _reset_build(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"DROP TABLE {STAGE}.{name}")
     for name in TABLES:
         if name != "meta":
-            con.execute(f"DROP TABLE {name}")
+            drop_tables(con, name)
     create_tables(con)

@@ -8,6 +8,7 @@ import duckdb
 
 from projections.fold.probes import one_statement
 from projections.lookup import sql_literals
+from projections.tables import parts_of
 
 __all__ = ["INSERT_ENTRIES", "KEY_SEP", "delete_entries", "entries", "key_hash"]
 
@@ -50,8 +51,8 @@ def entries(src: str) -> str:
     return f"SELECT header, value, message_id FROM ({pairs}) WHERE value IS NOT NULL"
 
 
-# The header_index rows of the entries in {src}.
-INSERT_ENTRIES = f"INSERT INTO header_index SELECT {_KH}, header, value, message_id FROM {{src}}"
+# The rows of the entries in {src}, into {table} (a part of header_index).
+INSERT_ENTRIES = f"INSERT INTO {{table}} SELECT {_KH}, header, value, message_id FROM {{src}}"
 
 
 def delete_entries(con: duckdb.DuckDBPyConnection) -> None:
@@ -66,23 +67,24 @@ def delete_entries(con: duckdb.DuckDBPyConnection) -> None:
         f" FROM ({entries('_removed')})"
     )
     khs = [r[0] for r in con.execute("SELECT DISTINCT kh FROM _old_keys").fetchall()]
-    if one_statement(len(khs)):
-        found = con.sql(
-            f"SELECT rowid AS r, kh, message_id FROM header_index WHERE kh IN ({sql_literals(khs)})"
-        ).to_arrow_table()
-        con.register("_found", found)
-        rowids = [
-            r[0]
-            for r in con.execute(
-                "SELECT r FROM _found JOIN _old_keys USING (kh, message_id)"
-            ).fetchall()
-        ]
-        con.unregister("_found")
-        if rowids:
-            con.execute(f"DELETE FROM header_index WHERE rowid IN ({sql_literals(rowids)})")
-    else:
-        con.execute(
-            "DELETE FROM header_index WHERE message_id IN (SELECT message_id FROM _old_keys)"
-            " AND (kh, message_id) IN (SELECT kh, message_id FROM _old_keys)"
-        )
+    for part in parts_of("header_index"):
+        if one_statement(len(khs)):
+            found = con.sql(
+                f"SELECT rowid AS r, kh, message_id FROM {part} WHERE kh IN ({sql_literals(khs)})"
+            ).to_arrow_table()
+            con.register("_found", found)
+            rowids = [
+                r[0]
+                for r in con.execute(
+                    "SELECT r FROM _found JOIN _old_keys USING (kh, message_id)"
+                ).fetchall()
+            ]
+            con.unregister("_found")
+            if rowids:
+                con.execute(f"DELETE FROM {part} WHERE rowid IN ({sql_literals(rowids)})")
+        else:
+            con.execute(
+                f"DELETE FROM {part} WHERE message_id IN (SELECT message_id FROM _old_keys)"
+                " AND (kh, message_id) IN (SELECT kh, message_id FROM _old_keys)"
+            )
     con.execute("DROP TABLE _old_keys")

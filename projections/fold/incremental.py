@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from projections.fold.batch import batch_types, new_events
 from projections.fold.cursors import CURSOR_EVENTS, fold_cursors
+from projections.fold.deltas import merge_deltas, merge_due
 from projections.fold.locations import LOCATION_EVENTS, fold_locations
 from projections.fold.messages import MESSAGE_EVENTS, fold_messages
 from projections.fold.meta import applied_seq, set_meta
@@ -37,7 +38,9 @@ def apply_chunks(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table]) -> 
     The chunks are staged into a DuckDB table first (which spills to disk under
     the memory limit) and folded once: one fold of everything pending is cheaper
     than one per chunk. Events at or below the applied seq are skipped; a gap
-    before the first new event is an error.
+    before the first new event is an error. The fold appends to the deltas of the
+    split tables; once they are large, they are merged into the bases after it
+    (``fold.deltas``).
     """
     applied = applied_seq(con)
     con.execute("BEGIN TRANSACTION")
@@ -60,6 +63,8 @@ def apply_chunks(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table]) -> 
         with contextlib.suppress(duckdb.Error):
             con.execute("ROLLBACK")
         raise
+    if last > applied and merge_due(con):
+        merge_deltas(con)
     return max(last, applied)
 
 

@@ -8,6 +8,7 @@ import duckdb
 
 from projections.fold.batch import SEEN, VANISHED
 from projections.fold.probes import delete_where_in, probed, register_table, values_of
+from projections.tables import base_of, delta_of
 
 __all__ = ["LOCATION_EVENTS", "LOC_KEY", "fold_locations", "location_key"]
 
@@ -80,7 +81,7 @@ def fold_locations(con: duckdb.DuckDBPyConnection, *, bulk: bool = False) -> Non
             delete_where_in(con, "locations", "loc_key", keys, "SELECT loc_key FROM _old")
     con.execute(
         """
-        INSERT INTO locations
+        INSERT INTO {table}
         WITH span AS (
             SELECT loc_key, sha256, min(seq) AS first_seq, max(seq) AS last_seq
             FROM _loc WHERE type = 'message-seen' GROUP BY loc_key, sha256
@@ -112,7 +113,10 @@ def fold_locations(con: duckdb.DuckDBPyConnection, *, bulk: bool = False) -> Non
                         ELSE greatest(f.vanished_seq, v.vseq) END > f.last_seq,
                    false) AS vanished
         FROM folded f LEFT JOIN van v USING (loc_key, sha256)
-        """.format(folded=_MERGE_OLD_LOCATIONS if old else "SELECT * FROM seen")
+        """.format(
+            table=base_of("locations") if bulk else delta_of("locations"),
+            folded=_MERGE_OLD_LOCATIONS if old else "SELECT * FROM seen",
+        )
     )
     con.execute(f"DROP {'VIEW' if bulk else 'TABLE'} _loc")
     if not bulk:

@@ -16,6 +16,7 @@ from projections.fold.meta import add_meta, meta_value, set_meta
 from projections.fold.probes import delete_where_in, probed, register_table, values_of
 from projections.fold.threads import EDGES, refresh_threads
 from projections.normalize import normalize_subject
+from projections.tables import delta_of
 
 __all__ = [
     "DECIDE",
@@ -181,10 +182,10 @@ def fold_messages(con: duckdb.DuckDBPyConnection) -> None:
     con.register("_derived", derived_columns(small))
     con.execute(f"CREATE OR REPLACE TEMP TABLE _new AS {NEW_ROWS}")
     con.unregister("_derived")
-    con.execute("INSERT INTO messages BY NAME SELECT * FROM _new")
+    con.execute(f"INSERT INTO {delta_of('messages')} BY NAME SELECT * FROM _new")
     for key, n in _defect_counts(con, "_new").items():
         add_meta(con, key, n)
-    con.execute(INSERT_ENTRIES.format(src=f"({entries('_new')})"))
+    con.execute(INSERT_ENTRIES.format(table=delta_of("header_index"), src=f"({entries('_new')})"))
     con.execute("INSERT INTO thread_edges " + EDGES)
     affected = (
         set(removed)

@@ -11,6 +11,7 @@ import duckdb
 import pyarrow as pa
 
 from projections.lookup import INDEX_KEYS_MAX, rows_where_in, sql_literals
+from projections.tables import parts_of
 
 __all__ = [
     "PROBE_RATIO",
@@ -61,11 +62,11 @@ def _probe_worth(con: duckdb.DuckDBPyConnection, table: str, keys: int) -> bool:
     if keys > _PROBE_MAX:
         return False
     rows = con.execute(
-        "SELECT estimated_size FROM duckdb_tables()"
-        " WHERE database_name = current_database() AND table_name = ?",
-        [table],
+        "SELECT sum(estimated_size) FROM duckdb_tables()"
+        " WHERE database_name = current_database() AND list_contains(?, table_name)",
+        [list(parts_of(table))],
     ).fetchall()
-    return bool(rows) and rows[0][0] >= PROBE_RATIO * keys
+    return bool(rows) and (rows[0][0] or 0) >= PROBE_RATIO * keys
 
 
 def probed(
@@ -90,16 +91,18 @@ def probed(
 def delete_where_in(
     con: duckdb.DuckDBPyConnection, table: str, column: str, values: Sequence[Any], source: str
 ) -> None:
-    """Delete the rows of ``table`` whose ``column`` is in ``values`` (probed as
-    literals through the index, ``INDEX_KEYS_MAX`` at a time, when few or when
-    ``_probe_worth``; else joined from ``source``, SQL that selects them)."""
+    """Delete the rows of ``table`` (each of its parts) whose ``column`` is in
+    ``values`` (probed as literals through the index, ``INDEX_KEYS_MAX`` at a
+    time, when few or when ``_probe_worth``; else joined from ``source``, SQL
+    that selects them)."""
     if not values:
         return
     keys = sorted(set(values))
     few = one_statement(len(keys)) or _probe_worth(con, table, len(keys))
-    if few and sql_literals(keys) is not None:
-        for i in range(0, len(keys), INDEX_KEYS_MAX):
-            listed = sql_literals(keys[i : i + INDEX_KEYS_MAX])
-            con.execute(f"DELETE FROM {table} WHERE {column} IN ({listed})")
-    else:
-        con.execute(f"DELETE FROM {table} WHERE {column} IN ({source})")
+    for part in parts_of(table):
+        if few and sql_literals(keys) is not None:
+            for i in range(0, len(keys), INDEX_KEYS_MAX):
+                listed = sql_literals(keys[i : i + INDEX_KEYS_MAX])
+                con.execute(f"DELETE FROM {part} WHERE {column} IN ({listed})")
+        else:
+            con.execute(f"DELETE FROM {part} WHERE {column} IN ({source})")

@@ -14,6 +14,7 @@ import pyarrow as pa
 from projections.fold.batch import STAGE, STREAM_ROWS, pc
 from projections.fold.meta import add_meta, meta_value, set_meta
 from projections.fold.probes import delete_where_in, probed
+from projections.tables import base_of, delta_of
 
 __all__ = [
     "BULK_EDGES",
@@ -96,7 +97,7 @@ def refresh_threads(
     nodes, labels = components(
         stored.column("message_id"), edges.column("child"), edges.column("parent")
     )
-    _insert_nodes(con, nodes, labels)
+    _insert_nodes(con, nodes, labels, delta_of("thread_nodes"))
     threads_now = len(pc().unique(labels)) if len(labels) else 0
     add_meta(con, "threads", threads_now - before_threads)
     add_meta(con, "ghosts", (len(nodes) - stored.num_rows) - before_ghosts)
@@ -203,7 +204,7 @@ def bulk_components(c: duckdb.DuckDBPyConnection, edges: str) -> None:
     del roots
     c.execute(
         f"""
-        INSERT INTO thread_nodes
+        INSERT INTO {base_of("thread_nodes")}
         WITH r AS (SELECT n.id, r.root FROM {STAGE}._node n JOIN {STAGE}._root r USING (code)),
         l AS (SELECT root, min(id) AS thread_id FROM r GROUP BY root)
         SELECT r.id AS message_id, l.thread_id FROM r JOIN l USING (root)
@@ -216,7 +217,7 @@ def _exact_components(c: duckdb.DuckDBPyConnection, edges: str) -> None:
     stored = c.sql("SELECT message_id FROM _new").to_arrow_table().column("message_id")
     found = c.sql(f"SELECT child, parent FROM {edges}").to_arrow_table()
     nodes, labels = components(stored, found.column("child"), found.column("parent"))
-    _insert_nodes(c, nodes, labels)
+    _insert_nodes(c, nodes, labels, base_of("thread_nodes"))
 
 
 def _column(table: pa.Table, name: str) -> list[Any]:
@@ -229,8 +230,11 @@ def _pairs(reader: Any) -> Iterator[tuple[int, int]]:
         yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
 
 
-def _insert_nodes(con: duckdb.DuckDBPyConnection, nodes: pa.Array, labels: pa.Array) -> None:
-    """``thread_nodes`` rows: each of ``nodes`` with its thread id in ``labels``."""
+def _insert_nodes(
+    con: duckdb.DuckDBPyConnection, nodes: pa.Array, labels: pa.Array, table: str
+) -> None:
+    """``thread_nodes`` rows, into its part ``table``: each of ``nodes`` with its
+    thread id in ``labels``."""
     con.register("_nodes", pa.table({"message_id": nodes, "thread_id": labels}))
-    con.execute("INSERT INTO thread_nodes SELECT message_id, thread_id FROM _nodes")
+    con.execute(f"INSERT INTO {table} SELECT message_id, thread_id FROM _nodes")
     con.unregister("_nodes")

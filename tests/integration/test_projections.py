@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from pipeline.store import MessageStore
 from projections import snapshot
 from projections.fold import applied_seq, apply, apply_chunks, rebuild
-from projections.tables import TABLES, fingerprint
+from projections.tables import TABLES, fingerprint, parts_of
 from stores.events import (
     CursorMoved,
     Event,
@@ -263,16 +263,25 @@ def split(events: Sequence[Event], cuts: Sequence[bool]) -> Iterator[list[Event]
 
 
 def check_incremental_equals_replay(
-    root: Path, ops: Sequence[tuple[Any, ...]], cuts: Sequence[bool]
+    root: Path,
+    ops: Sequence[tuple[Any, ...]],
+    cuts: Sequence[bool],
+    merges: Sequence[bool] = (False,),
 ) -> None:
+    """Commit the events of ``ops`` in the batches ``cuts`` makes; after batch i,
+    the split tables' deltas are merged into their bases when ``merges[i]``
+    (cycled), so that later folds meet rows in both parts. The tables must be a
+    replay's."""
     events = materialize(ops)
     store = open_store(root)
     try:
         # a read first creates the empty tables, so even the first batch is applied
         # incrementally rather than by the initial build
         assert store.message_ids() == []
-        for batch in split(events, cuts):
+        for batch, merge in zip(split(events, cuts), itertools.cycle(merges), strict=False):
             store.commit(batch)
+            if merge:
+                assert store.projector.merge_deltas()
     finally:
         store.close()
     have = duckdb.connect(str(root / "projections.duckdb"), read_only=True)
@@ -310,13 +319,21 @@ _VANISH_THEN_NEW_CONTENT = (
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(ops=_ops, cuts=st.lists(st.booleans(), min_size=1, max_size=30))
-@example(*_VANISH_THEN_NEW_CONTENT)
+@given(
+    ops=_ops,
+    cuts=st.lists(st.booleans(), min_size=1, max_size=30),
+    merges=st.lists(st.booleans(), min_size=1, max_size=8),
+)
+@example(*_VANISH_THEN_NEW_CONTENT, [False])
 def test_incremental_commits_give_the_same_tables_as_a_full_replay(
-    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[Any, ...]], cuts: list[bool]
+    tmp_path_factory: pytest.TempPathFactory,
+    ops: list[tuple[Any, ...]],
+    cuts: list[bool],
+    merges: list[bool],
 ) -> None:
+    """Whatever the batches, and wherever the deltas are merged between them."""
     assume(materialize(ops))  # a lone vanish of nothing seen yet makes no event
-    check_incremental_equals_replay(tmp_path_factory.mktemp("prop") / "store", ops, cuts)
+    check_incremental_equals_replay(tmp_path_factory.mktemp("prop") / "store", ops, cuts, merges)
 
 
 def test_a_vanish_before_new_content_at_the_same_location_replays_like_it_was_applied(
@@ -371,6 +388,65 @@ def test_a_fold_probing_its_keys_in_chunks_gives_the_tables_of_a_replay(
         ("seen", "m1@pool", None, [], "x", T0, ("imap-a", "INBOX", 1, 2, None), 0),
     ]  # fmt: skip
     check_incremental_equals_replay(tmp_path / "store", ops, [False, False, True])
+
+
+_MIXED = [
+    ("seen", "m0@pool", None, ["ghost1@nowhere"], "hi", T0, ("imap-a", "INBOX", 1, 1, None), 0),
+    ("seen", "m1@pool", "m0@pool", ["m1@pool"], None, None, ("imap-a", "INBOX", 1, 2, None), 0),
+    ("seen", "m2@pool", "m1@pool", ["m0@pool"], "Re", T0, ("imap-a", "INBOX", 1, 3, None), 2),
+    ("deleted", "m0@pool"),
+    ("vanish", 1),
+    ("seen", "m0@pool", "m1@pool", [], "Re: hi", T0, ("imap-a", "Archive", 1, 1, None), 1),
+    ("seen", "m3@pool", "m2@pool", ["m0@pool", "m1@pool"], "Re: hi", T0,
+     ("imap-a", "INBOX", 1, 4, None), 3),
+    ("deleted", "m2@pool"),
+    ("seen", "m1@pool", None, [], "x", T0, ("imap-a", "INBOX", 1, 2, None), 0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("merges", [[True], [False, True], [True, False, False]])
+def test_folds_over_rows_in_the_bases_and_the_deltas_give_the_tables_of_a_replay(
+    tmp_path: Path, merges: list[bool]
+) -> None:
+    """Deletions, threads merged and locations seen again, where the rows they
+    touch lie in the bases (merged), in the deltas, or in both."""
+    check_incremental_equals_replay(tmp_path / "store", _MIXED, [True], merges)
+
+
+def test_a_fold_merges_the_deltas_once_they_pass_their_share_of_the_bases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each fold appends to the deltas; the fold that leaves the messages delta
+    with MERGE_MIN rows and over 1/MERGE_SHARE of the base's moves every delta
+    into its base, and the tables stay a replay's."""
+    from projections.fold import deltas
+
+    monkeypatch.setattr(deltas, "MERGE_MIN", 2)
+    monkeypatch.setattr(deltas, "MERGE_SHARE", 2)
+    root = tmp_path / "store"
+    store = open_store(root)
+    sizes = []
+    try:
+        assert store.message_ids() == []
+        for batch in split(materialize(_MIXED), [True]):
+            store.commit(batch)
+            con = store.projector.writer()
+            store.projector.catch_up()
+            sizes.append(deltas.delta_sizes(con))
+    finally:
+        store.close()
+    # m0 stored (delta 1); m1: 2 rows in the delta, merged; m2: 1 in the delta of
+    # 2 in the base; m0 deleted from the base; m0 again: 2 in the delta, over half
+    # of the base's 1: merged
+    assert sizes[:3] == [(0, 1), (2, 0), (2, 1)]
+    assert (0, 0) not in sizes and any(b > 0 and d == 0 for b, d in sizes[3:])
+    have = duckdb.connect(str(root / "projections.duckdb"), read_only=True)
+    want = replay(root / "log")
+    try:
+        assert_same_tables(have, want, "after folds that merged")
+    finally:
+        have.close()
+        want.close()
 
 
 # ---------------------------------------------------------------------------
@@ -437,13 +513,24 @@ def _drop_from_header_index(con: duckdb.DuckDBPyConnection) -> str:
             " AND list_contains(string_split(message_ids, ' '), 'a@x')"
         )
         return "header_keys"
-    con.execute("DELETE FROM header_index WHERE message_id = 'a@x' AND header = 'from'")
+    hit = sum(
+        con.execute(f"DELETE FROM {part} WHERE message_id = 'a@x' AND header = 'from'").fetchall()[
+            0
+        ][0]
+        for part in parts_of("header_index")
+    )
+    assert hit >= 1
     return "header_index"
 
 
 def _sql(statement: str, table: str) -> Any:
+    """Tamper with every part of ``table`` (``{t}`` in ``statement``)."""
+
     def tamper(con: duckdb.DuckDBPyConnection) -> str:
-        assert con.execute(statement).fetchall()[0][0] >= 1  # the tamper hit a row
+        hit = sum(
+            con.execute(statement.format(t=part)).fetchall()[0][0] for part in parts_of(table)
+        )
+        assert hit >= 1  # the tamper hit a row
         return table
 
     return tamper
@@ -453,10 +540,10 @@ def _sql(statement: str, table: str) -> Any:
     "tamper",
     [
         _drop_from_header_index,
-        _sql("UPDATE messages SET subject_key = 'drifted' WHERE message_id = 'c@x'", "messages"),
-        _sql("DELETE FROM thread_nodes WHERE message_id = 'ghost@x'", "thread_nodes"),
-        _sql("UPDATE locations SET vanished = true", "locations"),
-        _sql("UPDATE cursors SET last_uid = 99", "cursors"),
+        _sql("UPDATE {t} SET subject_key = 'drifted' WHERE message_id = 'c@x'", "messages"),
+        _sql("DELETE FROM {t} WHERE message_id = 'ghost@x'", "thread_nodes"),
+        _sql("UPDATE {t} SET vanished = true", "locations"),
+        _sql("UPDATE {t} SET last_uid = 99", "cursors"),
     ],
     ids=["header-index", "subject-key", "thread-node", "location", "cursor"],
 )

@@ -293,7 +293,8 @@ def test_find_listing_leaves_out_another_key_of_the_same_hash(
         con = filled.projector.writer()
         kh = key_hash(con, "subject", "lunch")
         con.execute(
-            "INSERT INTO header_index VALUES (?, 'subject', 'dinner', ?), (?, 'from', 'lunch', ?)",
+            "INSERT INTO header_index_delta VALUES"
+            " (?, 'subject', 'dinner', ?), (?, 'from', 'lunch', ?)",
             [kh, LIVE_ID, kh, LIVE_ID],
         )
     assert filled.find("subject", "Lunch") == ["other@example.org"]
