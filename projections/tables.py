@@ -12,6 +12,7 @@ from projections.snapshot import PROJECTION_VERSION
 from stores.events import SCHEMA
 
 __all__ = [
+    "FILTERS",
     "PROJECTION_VERSION",
     "SPLIT_TABLES",
     "TABLES",
@@ -231,6 +232,12 @@ def create_tables(con: duckdb.DuckDBPyConnection) -> None:
             create_indexes(con, delta_of(name))
     for name, sql in VIEWS.items():
         con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+    con.execute(f"CREATE TABLE IF NOT EXISTS base_filters ({FILTERS})")
+
+
+# The Bloom filters of the bases' keys (``projections.fold.deltas``): a row per
+# filter, none until a rebuild or a merge makes them (every key may then be in a base).
+FILTERS = "name VARCHAR NOT NULL, m UBIGINT NOT NULL, probe UBIGINT NOT NULL, bits BIT"
 
 
 def drop_tables(con: duckdb.DuckDBPyConnection, name: str) -> None:

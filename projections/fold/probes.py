@@ -10,8 +10,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from projections.fold.deltas import in_base
 from projections.lookup import INDEX_KEYS_MAX, rows_where_in, sql_literals
-from projections.tables import parts_of
+from projections.tables import SPLIT_TABLES, base_of, delta_of, parts_of
 
 __all__ = [
     "PROBE_RATIO",
@@ -77,15 +78,36 @@ def probed(
     columns: str = "*",
 ) -> pa.Table:
     """``rows_where_in``, its keys probed through the index in chunks when that is
-    worth it (``_probe_worth``)."""
+    worth it (``_probe_worth``). Of a split table, the base is asked only for the
+    keys its filter lets through (``deltas.in_base``)."""
     keys = sorted(set(values))
-    if one_statement(len(keys)) or not _probe_worth(con, table, len(keys)):
-        return rows_where_in(con, table, column, keys, columns)
-    parts = [
-        rows_where_in(con, table, column, keys[i : i + INDEX_KEYS_MAX], columns)
-        for i in range(0, len(keys), INDEX_KEYS_MAX)
+    if table not in SPLIT_TABLES:
+        return _probed(con, table, table, column, keys, columns)
+    found = [
+        _probed(con, table, part, column, wanted, columns)
+        for part, wanted in (
+            (base_of(table), in_base(con, table, column, keys)),
+            (delta_of(table), keys),
+        )
     ]
-    return pa.concat_tables(parts)
+    return pa.concat_tables(found)
+
+
+def _probed(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    part: str,
+    column: str,
+    keys: list[Any],
+    columns: str,
+) -> pa.Table:
+    """``probed`` of the physical table ``part`` (of ``table``)."""
+    if one_statement(len(keys)) or not _probe_worth(con, part, len(keys)):
+        return rows_where_in(con, part, column, keys, columns)
+    return pa.concat_tables(
+        rows_where_in(con, part, column, keys[i : i + INDEX_KEYS_MAX], columns)
+        for i in range(0, len(keys), INDEX_KEYS_MAX)
+    )
 
 
 def delete_where_in(
@@ -98,11 +120,16 @@ def delete_where_in(
     if not values:
         return
     keys = sorted(set(values))
-    few = one_statement(len(keys)) or _probe_worth(con, table, len(keys))
     for part in parts_of(table):
-        if few and sql_literals(keys) is not None:
-            for i in range(0, len(keys), INDEX_KEYS_MAX):
-                listed = sql_literals(keys[i : i + INDEX_KEYS_MAX])
+        wanted = keys
+        if part == base_of(table) and table in SPLIT_TABLES:
+            wanted = in_base(con, table, column, keys)
+            if not wanted:
+                continue
+        few = one_statement(len(wanted)) or _probe_worth(con, part, len(wanted))
+        if few and sql_literals(wanted) is not None:
+            for i in range(0, len(wanted), INDEX_KEYS_MAX):
+                listed = sql_literals(wanted[i : i + INDEX_KEYS_MAX])
                 con.execute(f"DELETE FROM {part} WHERE {column} IN ({listed})")
         else:
             con.execute(f"DELETE FROM {part} WHERE {column} IN ({source})")

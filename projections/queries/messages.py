@@ -12,6 +12,7 @@ import pyarrow as pa
 from projections.fold import kept_defect_counts, key_hash, thread_counts
 from projections.lookup import INDEX_KEYS_MAX, rows_where_in
 from projections.normalize import index_value, normalize_header_name, normalize_msgid
+from projections.tables import parts_of
 from stores.errors import NotFoundError, UsageError
 from stores.log import EventLog
 
@@ -296,13 +297,18 @@ def counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     def one(sql: str) -> int:
         return int(con.execute(sql).fetchall()[0][0])
 
+    def rows(table: str) -> int:
+        # each part's own count(*), which DuckDB answers from the row groups: of
+        # the view of both it reads a column (1,000,000 messages: 75 MiB, 0.1 s)
+        return sum(one(f"SELECT count(*) FROM {part}") for part in parts_of(table))
+
     # (kept by the folds: no scan of the graph or of the messages' columns)
     threads, ghosts = thread_counts(con)
     return {
-        "messages": one("SELECT count(*) FROM messages"),
+        "messages": rows("messages"),
         "threads": threads,
         "ghosts": ghosts,
-        "locations": one("SELECT count(*) FROM locations"),
+        "locations": rows("locations"),
         **kept_defect_counts(con),
     }
 

@@ -220,7 +220,7 @@ def test_a_large_build_extracts_in_worker_processes_as_the_writer_would(
         # built without merging as it went, then FTS5's merge settings put back for
         # the syncs that follow
         config = dict(con.execute("SELECT k, v FROM text_config"))
-        assert (config["automerge"], config["crisismerge"], config["hashsize"]) == (4, 16, 1 << 20)
+        assert (config["automerge"], config["crisismerge"], config["hashsize"]) == (4, 16, 16 << 20)
 
 
 def test_a_plain_replay_keeps_an_index_in_step_and_rebuilds_a_missing_one(
