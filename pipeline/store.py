@@ -339,11 +339,8 @@ class MessageStore:
         return self.projector.reindex(on_phase=on_phase, text=text)
 
     def compact(self, target_rows: int = 100_000) -> tuple[int, int]:
-        """Merge small log files, and the rows the folds appended to the projection
-        tables into their bases; returns (log files before, log files after)."""
-        files = self.log.compact(target_rows=target_rows)
-        self.projector.merge_deltas()
-        return files
+        """Merge small log files and the projections' deltas: see ``upkeep.compact``."""
+        return upkeep.compact(self, target_rows)
 
     @property
     def purge_journal(self) -> Path:

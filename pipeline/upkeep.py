@@ -18,12 +18,21 @@ if TYPE_CHECKING:
     from pipeline.store import MessageStore
     from stores.purge import PurgeReport
 
-__all__ = ["purge", "stats", "verify"]
+__all__ = ["compact", "purge", "stats", "verify"]
 
 # verify compares the full-text index with one built afresh (every blob read and
 # extracted again: about 5 minutes at 1,000,000) up to this many messages; above,
 # FTS5's integrity check and the seq it holds
 _TEXT_COMPARED_UP_TO = 200_000
+
+
+def compact(store: MessageStore, target_rows: int) -> tuple[int, int]:
+    """Merge small log files, and the rows the folds appended to the projection
+    tables into their bases (``projections.fold.deltas``); returns (log files
+    before, log files after)."""
+    files = store.log.compact(target_rows=target_rows)
+    store.projector.merge_deltas()
+    return files
 
 
 def stats(store: MessageStore) -> dict[str, Any]:
