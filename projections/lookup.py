@@ -18,6 +18,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from projections.tables import each_part
+
 __all__ = ["INDEX_KEYS_MAX", "rows_where_in", "sql_literals"]
 
 # Keys up to this many are probed through the index; more are joined (a scan).
@@ -67,13 +69,13 @@ def rows_where_in(
     if keys and len(keys) <= index_max:
         listed = sql_literals(keys)
         if listed is not None:
-            sql = f"SELECT {columns} FROM {table} WHERE {column} IN ({listed})"
+            sql = each_part(table, columns, f"{column} IN ({listed})")
             return con.sql(sql).to_arrow_table()
     name = f"_q_{column.strip(chr(34))}"
     con.register(name, pa.table({"v": pa.array(keys, value_type or pa.string())}))
     try:
         return con.sql(
-            f"SELECT {columns} FROM {table} WHERE {column} IN (SELECT v FROM {name})"
+            each_part(table, columns, f"{column} IN (SELECT v FROM {name})")
         ).to_arrow_table()
     finally:
         con.unregister(name)

@@ -24,6 +24,7 @@ __all__ = [
     "create_tables",
     "delta_of",
     "drop_tables",
+    "each_part",
     "events_source",
     "events_sql",
     "fingerprint",
@@ -125,6 +126,18 @@ def delta_of(name: str) -> str:
 def parts_of(name: str) -> tuple[str, ...]:
     """The physical tables whose rows table ``name`` holds."""
     return (base_of(name), delta_of(name)) if name in SPLIT_TABLES else (name,)
+
+
+def each_part(name: str, columns: str, where: str) -> str:
+    """SQL of ``columns`` of the rows of table ``name`` that match ``where``, asked
+    of each of its parts (a ``?`` in ``where`` then takes its value once a part).
+
+    What a point lookup reads instead of the table's view: DuckDB binds a view
+    again at every query, and this one (every column of two tables) cost a lookup
+    by Message-ID 1.0 ms where each part asked in turn costs 0.5 (at 1,000,000)."""
+    return " UNION ALL ".join(
+        f"SELECT {columns} FROM {part} WHERE {where}" for part in parts_of(name)
+    )
 
 
 def _union(name: str) -> str:

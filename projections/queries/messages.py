@@ -12,7 +12,7 @@ import pyarrow as pa
 from projections.fold import kept_defect_counts, key_hash, thread_counts
 from projections.lookup import INDEX_KEYS_MAX, rows_where_in
 from projections.normalize import index_value, normalize_header_name, normalize_msgid
-from projections.tables import parts_of
+from projections.tables import each_part, parts_of
 from stores.errors import NotFoundError, UsageError
 from stores.log import EventLog
 
@@ -76,12 +76,28 @@ def _id_candidates(msg_id: str) -> list[str]:
     return [norm or msg_id]
 
 
+def _first_part(
+    con: duckdb.DuckDBPyConnection, table: str, columns: str, where: str, params: list[Any]
+) -> tuple[duckdb.DuckDBPyConnection, list[Any]]:
+    """The rows of the first part of ``table`` (base, then delta) that has rows
+    matching ``where``, with the cursor that read them: for a key that is in one
+    part only (a Message-ID's row, a node's), most often the base. A query a part
+    costs less than one of the view or of both parts (raw get at 1,000,000: 1.7 ->
+    1.15 ms through both parts in one query)."""
+    rows: list[Any] = []
+    for part in parts_of(table):
+        cur = con.execute(f"SELECT {columns} FROM {part} WHERE {where}", params)
+        rows = cur.fetchall()
+        if rows:
+            return cur, rows
+    return con, rows
+
+
 def message(con: duckdb.DuckDBPyConnection, log: EventLog, msg_id: str) -> dict[str, Any] | None:
     """The primary record of ``msg_id`` (with or without angle brackets) with its
     decoded headers, or None."""
     for mid in _id_candidates(msg_id):
-        cur = con.execute("SELECT * FROM messages WHERE message_id = ?", [mid])
-        rows = cur.fetchall()
+        cur, rows = _first_part(con, "messages", "*", "message_id = ?", [mid])
         if rows:
             names = [d[0] for d in cur.description or ()]
             rec = dict(zip(names, rows[0], strict=True))
@@ -93,7 +109,7 @@ def message(con: duckdb.DuckDBPyConnection, log: EventLog, msg_id: str) -> dict[
 def message_sha(con: duckdb.DuckDBPyConnection, msg_id: str) -> str:
     """The sha256 of the blob of ``msg_id``; NotFoundError when not stored."""
     for mid in _id_candidates(msg_id):
-        row = con.execute("SELECT sha256 FROM messages WHERE message_id = ?", [mid]).fetchall()
+        _, row = _first_part(con, "messages", "sha256", "message_id = ?", [mid])
         if row:
             return str(row[0][0])
     raise NotFoundError(f"no message {msg_id!r} in the store")
@@ -192,13 +208,13 @@ def find_ids(con: duckdb.DuckDBPyConnection, header: str, value: str) -> list[st
         return []
     name, key = found
     if name == "message-id":
-        rows = con.execute("SELECT message_id FROM messages WHERE message_id = ?", [key])
+        rows = con.execute(each_part("messages", "message_id", "message_id = ?"), [key] * 2)
         return [r[0] for r in rows.fetchall()]
     # the index probe finds the key's hash; a (vanishingly rare) other key of
     # the same hash is told apart by its header and value
     kh = key_hash(con, name, key)
     hits = con.execute(
-        f"SELECT header, value, message_id FROM header_index WHERE kh = {kh}"
+        each_part("header_index", "header, value, message_id", f"kh = {kh}")
     ).fetchall()
     return sorted(mid for h, v, mid in hits if h == name and v == key)
 
@@ -237,7 +253,7 @@ def find_listing(con: duckdb.DuckDBPyConnection, header: str, value: str) -> pa.
     # or value beside kh's turns DuckDB's index scan into a scan of the table
     kh = key_hash(con, name, key)
     hits = con.sql(
-        f"SELECT message_id, header <> ? OR value <> ? AS other FROM header_index WHERE kh = {kh}",
+        each_part("header_index", "message_id, header <> $1 OR value <> $2 AS other", f"kh = {kh}"),
         params=[name, key],
     ).to_arrow_table()
     if hits.num_rows <= INDEX_KEYS_MAX:
@@ -262,19 +278,28 @@ def find_listing(con: duckdb.DuckDBPyConnection, header: str, value: str) -> pa.
 def thread_of_id(con: duckdb.DuckDBPyConnection, msg_id: str) -> str:
     """The thread id of ``msg_id`` (with or without angle brackets); NotFoundError
     when the store does not hold it."""
+    return _thread_part(con, msg_id)[0]
+
+
+def _thread_part(con: duckdb.DuckDBPyConnection, msg_id: str) -> tuple[str, str]:
+    """(``thread_of_id``, the part of ``thread_nodes`` that holds the thread: a
+    fold writes every node of a thread it touches to the delta, so each thread
+    lies in one part)."""
     for mid in _id_candidates(msg_id):
-        q = "SELECT thread_id FROM thread_nodes WHERE message_id = ?"
-        found = con.execute(q, [mid]).fetchall()
-        if found:
-            return str(found[0][0])
+        for part in parts_of("thread_nodes"):
+            found = con.execute(
+                f"SELECT thread_id FROM {part} WHERE message_id = ?", [mid]
+            ).fetchall()
+            if found:
+                return str(found[0][0]), part
     raise NotFoundError(f"no message {msg_id!r} in the store")
 
 
 def thread_of(con: duckdb.DuckDBPyConnection, msg_id: str) -> list[str]:
     """Every stored message of ``msg_id``'s thread (its connected component of the
     reply graph, ghosts included), oldest first, undated last."""
-    thread_id = thread_of_id(con, msg_id)
-    members = rows_where_in(con, "thread_nodes", "thread_id", [thread_id], "message_id")
+    thread_id, part = _thread_part(con, msg_id)
+    members = rows_where_in(con, part, "thread_id", [thread_id], "message_id")
     dated = rows_where_in(
         con, "messages", "message_id", members.column("message_id").to_pylist(),
         "message_id, date_iso",
