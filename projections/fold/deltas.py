@@ -145,8 +145,8 @@ def in_base(con: duckdb.DuckDBPyConnection, table: str, column: str, keys: list[
 
 def merge_deltas(con: duckdb.DuckDBPyConnection) -> bool:
     """Move every delta's rows into its base, and make the bases' filters again,
-    in one transaction; False when DuckDB's memory limit refused it (nothing
-    moved, nothing lost)."""
+    in one transaction; False when DuckDB refused it (its memory limit, a full
+    disk: nothing moved, nothing lost, a warning logged)."""
     con.execute("BEGIN TRANSACTION")
     try:
         for name in SPLIT_TABLES:
@@ -154,7 +154,7 @@ def merge_deltas(con: duckdb.DuckDBPyConnection) -> bool:
             con.execute(f"DELETE FROM {delta_of(name)}")
         build_filters(con)
         con.execute("COMMIT")
-    except duckdb.OutOfMemoryException as exc:
+    except duckdb.Error as exc:  # (the memory limit, a full disk: the fold before stands)
         with contextlib.suppress(duckdb.Error):
             con.execute("ROLLBACK")
         log.warning(

@@ -516,6 +516,30 @@ def test_folds_of_many_keys_over_filtered_bases_give_the_tables_of_a_replay(
         want.close()
 
 
+def test_a_merge_the_memory_limit_refuses_moves_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """DuckDB's memory limit (a real one, 2 MB) refusing the merge: it is rolled
+    back whole, said in a warning, and every row stays where it was."""
+    from projections.fold import deltas
+    from projections.tables import create_tables
+
+    con = duckdb.connect(str(tmp_path / "p.duckdb"))
+    create_tables(con)
+    con.execute("INSERT INTO thread_nodes_delta SELECT 'd' || i, 'd' || i FROM range(200000) t(i)")
+    con.execute("INSERT INTO thread_nodes_base SELECT 'b' || i, 'b' || i FROM range(200000) t(i)")
+    con.execute("CREATE INDEX thread_nodes_id ON thread_nodes_base(message_id)")
+    con.execute("CHECKPOINT")
+    con.execute("SET memory_limit = '2MB'")
+    assert deltas.merge_deltas(con) is False
+    con.execute("RESET memory_limit")
+    assert "not merged" in caplog.text
+    assert con.execute(
+        "SELECT (SELECT count(*) FROM thread_nodes_base), (SELECT count(*) FROM thread_nodes_delta)"
+    ).fetchall() == [(200000, 200000)]
+    con.close()
+
+
 def test_a_base_filter_lets_every_key_of_its_base_through(tmp_path: Path) -> None:
     """No false negative: every id and location key of the bases passes its
     filter; most keys the bases do not hold do not."""
