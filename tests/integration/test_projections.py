@@ -361,6 +361,32 @@ def test_replay_in_any_chunking_gives_the_same_tables(tmp_path: Path) -> None:
         assert_same_tables(replay(tmp_path / "store" / "log", chunks=n), one, f"in {n} chunks")
 
 
+def _assert_tables_of_a_replay(root: Path, what: str) -> None:
+    """The projections of the store at ``root`` are those a replay of its log makes."""
+    have = duckdb.connect(str(root / "projections.duckdb"), read_only=True)
+    want = replay(root / "log")
+    try:
+        assert_same_tables(have, want, what)
+    finally:
+        have.close()
+        want.close()
+
+
+# Deletions, threads merged, a vanish and sightings at known places.
+_MIXED = [
+    ("seen", "m0@pool", None, ["ghost1@nowhere"], "hi", T0, ("imap-a", "INBOX", 1, 1, None), 0),
+    ("seen", "m1@pool", "m0@pool", ["m1@pool"], None, None, ("imap-a", "INBOX", 1, 2, None), 0),
+    ("seen", "m2@pool", "m1@pool", ["m0@pool"], "Re", T0, ("imap-a", "INBOX", 1, 3, None), 2),
+    ("deleted", "m0@pool"),
+    ("vanish", 1),
+    ("seen", "m0@pool", "m1@pool", [], "Re: hi", T0, ("imap-a", "Archive", 1, 1, None), 1),
+    ("seen", "m3@pool", "m2@pool", ["m0@pool", "m1@pool"], "Re: hi", T0,
+     ("imap-a", "INBOX", 1, 4, None), 3),
+    ("deleted", "m2@pool"),
+    ("seen", "m1@pool", None, [], "x", T0, ("imap-a", "INBOX", 1, 2, None), 0),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("chunk", "ratio"), [(1, 0), (2, 0), (2, 10**9)], ids=["probed-1", "probed-2", "scanned"]
 )
@@ -375,33 +401,7 @@ def test_a_fold_probing_its_keys_in_chunks_gives_the_tables_of_a_replay(
 
     monkeypatch.setattr(probes, "INDEX_KEYS_MAX", chunk)
     monkeypatch.setattr(probes, "PROBE_RATIO", ratio)
-    ops = [
-        ("seen", "m0@pool", None, ["ghost1@nowhere"], "hi", T0, ("imap-a", "INBOX", 1, 1, None), 0),
-        ("seen", "m1@pool", "m0@pool", ["m1@pool"], None, None, ("imap-a", "INBOX", 1, 2, None), 0),
-        ("seen", "m2@pool", "m1@pool", ["m0@pool"], "Re", T0, ("imap-a", "INBOX", 1, 3, None), 2),
-        ("deleted", "m0@pool"),
-        ("vanish", 1),
-        ("seen", "m0@pool", "m1@pool", [], "Re: hi", T0, ("imap-a", "Archive", 1, 1, None), 1),
-        ("seen", "m3@pool", "m2@pool", ["m0@pool", "m1@pool"], "Re: hi", T0,
-         ("imap-a", "INBOX", 1, 4, None), 3),
-        ("deleted", "m2@pool"),
-        ("seen", "m1@pool", None, [], "x", T0, ("imap-a", "INBOX", 1, 2, None), 0),
-    ]  # fmt: skip
-    check_incremental_equals_replay(tmp_path / "store", ops, [False, False, True])
-
-
-_MIXED = [
-    ("seen", "m0@pool", None, ["ghost1@nowhere"], "hi", T0, ("imap-a", "INBOX", 1, 1, None), 0),
-    ("seen", "m1@pool", "m0@pool", ["m1@pool"], None, None, ("imap-a", "INBOX", 1, 2, None), 0),
-    ("seen", "m2@pool", "m1@pool", ["m0@pool"], "Re", T0, ("imap-a", "INBOX", 1, 3, None), 2),
-    ("deleted", "m0@pool"),
-    ("vanish", 1),
-    ("seen", "m0@pool", "m1@pool", [], "Re: hi", T0, ("imap-a", "Archive", 1, 1, None), 1),
-    ("seen", "m3@pool", "m2@pool", ["m0@pool", "m1@pool"], "Re: hi", T0,
-     ("imap-a", "INBOX", 1, 4, None), 3),
-    ("deleted", "m2@pool"),
-    ("seen", "m1@pool", None, [], "x", T0, ("imap-a", "INBOX", 1, 2, None), 0),
-]  # fmt: skip
+    check_incremental_equals_replay(tmp_path / "store", _MIXED, [False, False, True])
 
 
 @pytest.mark.parametrize("merges", [[True], [False, True], [True, False, False]])
@@ -440,13 +440,7 @@ def test_a_fold_merges_the_deltas_once_they_pass_their_share_of_the_bases(
     # of the base's 1: merged
     assert sizes[:3] == [(0, 1), (2, 0), (2, 1)]
     assert (0, 0) not in sizes and any(b > 0 and d == 0 for b, d in sizes[3:])
-    have = duckdb.connect(str(root / "projections.duckdb"), read_only=True)
-    want = replay(root / "log")
-    try:
-        assert_same_tables(have, want, "after folds that merged")
-    finally:
-        have.close()
-        want.close()
+    _assert_tables_of_a_replay(root, "after folds that merged")
 
 
 def test_compact_merges_the_deltas_into_the_bases(tmp_path: Path) -> None:
@@ -469,13 +463,7 @@ def test_compact_merges_the_deltas_into_the_bases(tmp_path: Path) -> None:
         store.commit(events[5:])
     finally:
         store.close()
-    have = duckdb.connect(str(root / "projections.duckdb"), read_only=True)
-    want = replay(root / "log")
-    try:
-        assert_same_tables(have, want, "after compact and later folds")
-    finally:
-        have.close()
-        want.close()
+    _assert_tables_of_a_replay(root, "after compact and later folds")
 
 
 def test_folds_of_many_keys_over_filtered_bases_give_the_tables_of_a_replay(
@@ -507,13 +495,7 @@ def test_folds_of_many_keys_over_filtered_bases_give_the_tables_of_a_replay(
         store.commit(events[len(first) :])
     finally:
         store.close()
-    have = duckdb.connect(str(root / "projections.duckdb"), read_only=True)
-    want = replay(root / "log")
-    try:
-        assert_same_tables(have, want, "folds over filtered bases")
-    finally:
-        have.close()
-        want.close()
+    _assert_tables_of_a_replay(root, "folds over filtered bases")
 
 
 def test_a_merge_the_memory_limit_refuses_moves_nothing(
