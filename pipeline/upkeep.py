@@ -28,8 +28,8 @@ _TEXT_COMPARED_UP_TO = 200_000
 
 def compact(store: MessageStore, target_rows: int) -> tuple[int, int]:
     """Merge small log files, and the rows the folds appended to the projection
-    tables into their bases (``projections.fold.deltas``); returns (log files
-    before, log files after)."""
+    tables into their bases (a rebuild, when there are any:
+    ``projections.fold.deltas``); returns (log files before, log files after)."""
     files = store.log.compact(target_rows=target_rows)
     store.projector.merge_deltas()
     return files

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from projections import snapshot
 from projections.fold import FOLD_SCHEMA, applied_seq, apply_chunks, hash_probe, meta_values
-from projections.fold.deltas import merge_deltas
+from projections.fold.deltas import delta_rows
 from projections.past import PastProjections
 from projections.queries import counts, run_sql, snapshot_folders
 from projections.rebuilds import RebuildFiles, cache_dir
@@ -267,13 +267,17 @@ class Projector:
             self.catch_up()
 
     def merge_deltas(self) -> bool:
-        """Move the rows the folds appended into the bases of the split tables
-        (``compact``; a fold does it once they are large: ``fold.deltas``);
-        False when DuckDB's memory limit refused it."""
+        """Put the rows the folds appended into the bases of the split tables by
+        rebuilding the projections (``reindex``: within the replay's memory
+        budget, beside the file, swapped in whole; ``fold.deltas`` says why not in
+        place); False when the deltas hold none (nothing done)."""
         with self.hold():
             con = self.writer()
             self._catch_up(con)
-            return merge_deltas(con)
+            if not delta_rows(con):
+                return False
+        self.reindex()
+        return True
 
     def forget_pending(self) -> None:
         """Drop the batches held for a fold (the log was rewritten under them)."""

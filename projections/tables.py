@@ -107,9 +107,8 @@ TABLES: dict[str, str] = {
 # into it, and random keys (hashes, Message-IDs) touch all of it: a fold of
 # 10,000 messages into 1,000,000 loaded the base's indexes whole (the sync's peak
 # 458 -> 846 MiB), a fold of 10 rows 9 MiB of them. Into the small delta's
-# indexes it costs what it would into an empty store. ``merge_deltas`` moves the
-# deltas into the bases (``compact``, or a fold once a delta passes a share of
-# its base: ``projections.fold.deltas``).
+# indexes it costs what it would into an empty store. A rebuild (``replay``,
+# ``compact``) writes every row into the bases (``projections.fold.deltas``).
 SPLIT_TABLES = ("messages", "header_index", "thread_nodes", "locations")
 
 

@@ -1,23 +1,20 @@
-"""The deltas of the split tables (``projections.tables.SPLIT_TABLES``): when and
-how the rows the folds appended move into the bases.
+"""The deltas of the split tables (``projections.tables.SPLIT_TABLES``) and the
+Bloom filters that keep a fold's lookups out of the bases.
 
 A fold appends to the deltas, whose indexes stay small: its COMMIT then costs
-what it would into an empty store, whatever the size of the base. The deltas are
-moved into the bases by ``compact`` and by a fold that leaves them past
-``MERGE_SHARE`` of their base (and ``MERGE_MIN`` messages): a store that syncs
-for years without a replay keeps its deltas within a share of the whole, and
-the memory of a fold's COMMIT with them. The move itself is one transaction
-after the fold's (the fold never waits on it, nor fails with it): the base's
-indexes take the rows, which loads them (as every fold did before the split).
-Should that not fit in DuckDB's memory limit, the move is rolled back and the
-rows stay in the deltas, where every reader finds them; a replay puts them in
-the bases.
+what it would into an empty store, whatever the size of the base. The rows move
+into the bases when the projections are rebuilt: ``replay``, and ``compact``
+when the deltas hold any (``Projector.merge_deltas``). Not in place: inserting
+250,000 rows into the bases of 1,000,000 messages loads their indexes whole, and
+under the writer's 512 MB DuckDB refused it, then failed its own rollback and
+closed the database; a rebuild writes the bases afresh within the replay's
+memory budget, beside the file, and swaps them in whole. A store that is never
+compacted keeps every later row in its deltas: its folds then cost what they
+did before the split (never more), and every query finds the rows.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 from typing import Any
 
 import duckdb
@@ -25,52 +22,28 @@ import pyarrow as pa
 
 from projections.tables import FILTERS, SPLIT_TABLES, base_of, delta_of
 
-__all__ = [
-    "MERGE_MIN",
-    "MERGE_SHARE",
-    "build_filters",
-    "delta_sizes",
-    "in_base",
-    "merge_deltas",
-    "merge_due",
-]
-
-log = logging.getLogger("mailledger.projections")
-
-# A fold moves the deltas into the bases once the messages delta holds at least
-# MERGE_MIN rows and more than 1/MERGE_SHARE of the messages base's.
-MERGE_MIN = 50_000
-MERGE_SHARE = 4
+__all__ = ["build_filters", "delta_rows", "in_base"]
 
 
-def delta_sizes(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
-    """(rows of the messages base, as DuckDB estimates them; rows of its delta)."""
-    base = con.execute(
-        "SELECT estimated_size FROM duckdb_tables()"
-        " WHERE database_name = current_database() AND table_name = ?",
-        [base_of("messages")],
-    ).fetchall()
-    delta = con.execute(f"SELECT count(*) FROM {delta_of('messages')}").fetchall()
-    return (int(base[0][0]) if base else 0), int(delta[0][0])
-
-
-def merge_due(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the deltas are large enough to be moved (``MERGE_MIN``, ``MERGE_SHARE``)."""
-    base, delta = delta_sizes(con)
-    return delta >= MERGE_MIN and delta * MERGE_SHARE > base
+def delta_rows(con: duckdb.DuckDBPyConnection) -> int:
+    """Rows in all the deltas (0: everything is in the bases)."""
+    return sum(
+        int(con.execute(f"SELECT count(*) FROM {delta_of(name)}").fetchall()[0][0])
+        for name in SPLIT_TABLES
+    )
 
 
 # -- what the bases may hold ------------------------------------------------------
 # A fold looks up the keys its events touch (their ids, their locations), most of
 # them new: looking a new key up in a base's index still walks it, and loads what
 # it walks (10,000 new ids into 1,000,000: 2.8 s of a 4.8 s fold, and most of its
-# 280 MiB). A Bloom filter of each base's keys, made with the base (a rebuild, a
-# merge), says which keys the base cannot hold: those are looked up in the delta
-# only. (``base_filters``: a row per filter, its bits a BITSTRING; FILTER_BITS
-# bits a key and FILTER_HASHES hashes: 0.24% of absent keys pass.) Every row of
-# a base is in its filter, since rows only enter a base with the filter remade
-# in the same transaction; a filter made by another DuckDB's ``hash`` (the
-# ``probe`` column) is not used.
+# 280 MiB). A Bloom filter of each base's keys, made with the base by the
+# rebuild, says which keys the base cannot hold: those are looked up in the
+# delta only. (``base_filters``: a row per filter, its bits a BITSTRING;
+# FILTER_BITS bits a key and FILTER_HASHES hashes: 0.24% of absent keys pass.)
+# Every row of a base is in its filter, since rows enter a base only in a
+# rebuild, which makes the filters last; a filter made by another DuckDB's
+# ``hash`` (the ``probe`` column) is not used.
 FILTER_BITS = 16
 FILTER_HASHES = 4
 # Fewer keys are looked up in the base's index at once: reading the filter (2 MB
@@ -141,30 +114,3 @@ def in_base(con: duckdb.DuckDBPyConnection, table: str, column: str, keys: list[
     finally:
         con.unregister("_filter_keys")
     return sorted(r[0] for r in rows)
-
-
-def merge_deltas(con: duckdb.DuckDBPyConnection) -> bool:
-    """Move every delta's rows into its base, and make the bases' filters again,
-    in one transaction; False when DuckDB refused it (its memory limit, a full
-    disk: nothing moved, nothing lost, a warning logged)."""
-    con.execute("BEGIN TRANSACTION")
-    try:
-        for name in SPLIT_TABLES:
-            con.execute(f"INSERT INTO {base_of(name)} SELECT * FROM {delta_of(name)}")
-            con.execute(f"DELETE FROM {delta_of(name)}")
-        build_filters(con)
-        con.execute("COMMIT")
-    except duckdb.Error as exc:  # (the memory limit, a full disk: the fold before stands)
-        with contextlib.suppress(duckdb.Error):
-            con.execute("ROLLBACK")
-        log.warning(
-            "the projections' deltas were not merged into their bases (%s): they stay"
-            " where every query finds them; a replay, or compact with more memory, merges them",
-            exc,
-        )
-        return False
-    except BaseException:
-        with contextlib.suppress(duckdb.Error):
-            con.execute("ROLLBACK")
-        raise
-    return True

@@ -19,7 +19,6 @@ import pyarrow as pa
 
 from projections.fold.batch import batch_types, new_events
 from projections.fold.cursors import CURSOR_EVENTS, fold_cursors
-from projections.fold.deltas import merge_deltas, merge_due
 from projections.fold.locations import LOCATION_EVENTS, fold_locations
 from projections.fold.messages import MESSAGE_EVENTS, fold_messages
 from projections.fold.meta import applied_seq, set_meta
@@ -39,8 +38,7 @@ def apply_chunks(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table]) -> 
     the memory limit) and folded once: one fold of everything pending is cheaper
     than one per chunk. Events at or below the applied seq are skipped; a gap
     before the first new event is an error. The fold appends to the deltas of the
-    split tables; once they are large, they are merged into the bases after it
-    (``fold.deltas``).
+    split tables (``fold.deltas``).
     """
     applied = applied_seq(con)
     con.execute("BEGIN TRANSACTION")
@@ -63,8 +61,6 @@ def apply_chunks(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table]) -> 
         with contextlib.suppress(duckdb.Error):
             con.execute("ROLLBACK")
         raise
-    if last > applied and merge_due(con):
-        merge_deltas(con)
     return max(last, applied)
 
 
