@@ -75,7 +75,8 @@ def _one_line(text: str | None) -> str:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from projections.queries import compile_query, search_sql
+    from projections.queries import compile_query
+    from projections.queries.search import search_sql
     from projections.search import explain, parse
 
     if (args.limit is not None and args.limit < 0) or args.offset < 0:
