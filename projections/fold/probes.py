@@ -10,7 +10,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from projections.fold.deltas import in_base
+from projections.filters import in_base
 from projections.lookup import INDEX_KEYS_MAX, rows_where_in, sql_literals
 from projections.tables import SPLIT_TABLES, base_of, delta_of, parts_of
 
@@ -79,7 +79,7 @@ def probed(
 ) -> pa.Table:
     """``rows_where_in``, its keys probed through the index in chunks when that is
     worth it (``_probe_worth``). Of a split table, the base is asked only for the
-    keys its filter lets through (``deltas.in_base``)."""
+    keys its filter lets through (``filters.in_base``)."""
     keys = sorted(set(values))
     if table not in SPLIT_TABLES:
         return _probed(con, table, table, column, keys, columns)

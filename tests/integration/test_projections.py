@@ -446,7 +446,7 @@ def test_folds_of_many_keys_over_filtered_bases_give_the_tables_of_a_replay(
     """A fold of more keys than ``FILTER_FROM`` asks the bases only for the keys
     their Bloom filters let through: replies to, sightings again of, and deletions
     of messages in the bases are all found, as by a replay."""
-    from projections.fold import deltas
+    from projections import filters
 
     def seen(i: int, parent: int | None, uid: int) -> tuple[Any, ...]:
         refs = [] if parent is None else [f"m{parent}@pool"]
@@ -458,7 +458,7 @@ def test_folds_of_many_keys_over_filtered_bases_give_the_tables_of_a_replay(
     later += [seen(i, None, i + 1) for i in range(0, 120, 2)]  # the same places again
     later += [("deleted", f"m{i}@pool") for i in range(1, 120, 3)]
     later += [seen(500 + i, 120 + i, 400 + i) for i in range(80)]  # into the delta
-    assert len(later) > deltas.FILTER_FROM
+    assert len(later) > filters.FILTER_FROM
     root = tmp_path / "store"
     events = materialize(first + later)
     store = open_store(root)
@@ -472,10 +472,40 @@ def test_folds_of_many_keys_over_filtered_bases_give_the_tables_of_a_replay(
     _assert_tables_of_a_replay(root, "folds over filtered bases")
 
 
+def test_lookups_after_a_rebuild_read_its_filters_not_those_read_before(
+    tmp_path: Path,
+) -> None:
+    """A process keeps the filters it read under their rebuild's stamp: after
+    another rebuild moves new rows into the bases, a lookup of those rows (more
+    than ``FILTER_FROM`` keys, so the filters are used) finds every one of them,
+    and the delta and base parts give the same answer as a scan of the view."""
+    from projections import filters
+
+    def seen(i: int) -> tuple[Any, ...]:
+        return ("seen", f"m{i}@pool", None, [], f"s{i}", T0, ("imap-a", "INBOX", 1, i + 1, None), 0)
+
+    first = [f"m{i}@pool" for i in range(100)]
+    later = [f"m{i}@pool" for i in range(100, 200)]
+    assert len(later) > filters.FILTER_FROM
+    events = materialize([seen(i) for i in range(200)])
+    store = open_store(tmp_path / "store")
+    try:
+        store.commit(events[:100])  # (into an empty store: a rebuild, into the bases)
+        store.projector.merge_deltas()
+        assert sorted(store.stored_ids(first + later)) == sorted(first)  # (filters read)
+        store.commit(events[100:])
+        assert store.projector.merge_deltas()  # (the later ones now in the bases)
+        assert sorted(store.stored_ids(later)) == sorted(later)
+        places = [("INBOX", 1, i + 1, None) for i in range(200)]
+        assert len(store.locations_at("imap-a", places)) == 200
+    finally:
+        store.close()
+
+
 def test_a_base_filter_lets_every_key_of_its_base_through(tmp_path: Path) -> None:
     """No false negative: every id and location key of the bases passes its
     filter; most keys the bases do not hold do not."""
-    from projections.fold import deltas
+    from projections import filters
 
     con = duckdb.connect(str(tmp_path / "p.duckdb"))
     from projections.tables import create_tables
@@ -488,12 +518,12 @@ def test_a_base_filter_lets_every_key_of_its_base_through(tmp_path: Path) -> Non
         "INSERT INTO locations_base (loc_key, sha256, message_id, first_seq, last_seq, vanished)"
         " SELECT v, 'x', v, 1, 1, false FROM _ids"
     )
-    deltas.build_filters(con)
+    filters.build_filters(con)
     for table, column in (("messages", "message_id"), ("thread_nodes", "thread_id"),
                           ("locations", "loc_key")):  # fmt: skip
-        assert deltas.in_base(con, table, column, sorted(ids)) == sorted(ids)
+        assert filters.in_base(con, table, column, sorted(ids)) == sorted(ids)
     absent = [f"<new-{i}@example.org>" for i in range(5000)]
-    assert len(deltas.in_base(con, "messages", "message_id", absent)) < 100  # 0.24% expected
+    assert len(filters.in_base(con, "messages", "message_id", absent)) < 100  # 0.24% expected
     con.close()
 
 
