@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from projections import snapshot
 from projections.fold import FOLD_SCHEMA, applied_seq, apply_chunks, hash_probe, meta_values
-from projections.fold.deltas import delta_rows
+from projections.fold.deltas import delta_rows, stamp_filters
 from projections.past import PastProjections
 from projections.queries import counts, run_sql, snapshot_folders
 from projections.rebuilds import RebuildFiles, cache_dir
@@ -178,6 +178,7 @@ class Projector:
                 self.reindex()
                 self._con = db.connect(self.db_path, read_only=False)
                 self._con_rw = True
+            stamp_filters(self._con)
             if not self._views_ok:
                 self._persist_views(self._con)
         return self._con

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import duckdb
 
+from projections.filters import STAMP, new_stamp
+from projections.fold.meta import meta_value, set_meta
 from projections.tables import SPLIT_TABLES, delta_of
 
-__all__ = ["delta_rows"]
+__all__ = ["delta_rows", "stamp_filters"]
 
 
 def delta_rows(con: duckdb.DuckDBPyConnection) -> int:
@@ -28,3 +30,17 @@ def delta_rows(con: duckdb.DuckDBPyConnection) -> int:
         int(con.execute(f"SELECT count(*) FROM {delta_of(name)}").fetchall()[0][0])
         for name in SPLIT_TABLES
     )
+
+
+def stamp_filters(con: duckdb.DuckDBPyConnection) -> None:
+    """Give the bases' filters a stamp (``filters.STAMP``) when they have none: a
+    store rebuilt before the stamps has filters as good as any (unchanged since its
+    rebuild, like its bases) but every process would read them at every lookup."""
+    if meta_value(con, STAMP) is not None:
+        return
+    made = con.execute(
+        "SELECT count(*) FROM duckdb_tables()"
+        " WHERE database_name = current_database() AND table_name = 'base_filters'"
+    ).fetchall()[0][0]
+    if made and con.execute("SELECT count(*) FROM base_filters").fetchall()[0][0]:
+        set_meta(con, STAMP, new_stamp())

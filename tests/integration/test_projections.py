@@ -502,6 +502,39 @@ def test_lookups_after_a_rebuild_read_its_filters_not_those_read_before(
         store.close()
 
 
+def test_filters_of_a_store_rebuilt_before_the_stamps_get_one_at_the_next_write(
+    tmp_path: Path,
+) -> None:
+    """A store whose rebuild left no stamp (made before them) gets one when a
+    writer next opens it, and lookups through its filters still find every row."""
+    from projections.filters import STAMP
+
+    root = tmp_path / "store"
+    places = [("imap-a", "INBOX", 1, i + 1, None) for i in range(150)]
+    events = materialize(
+        [("seen", f"m{i}@pool", None, [], "s", T0, places[i], 0) for i in range(150)]
+    )
+    store = open_store(root)
+    try:
+        store.commit(events[:100])
+    finally:
+        store.close()
+    con = duckdb.connect(str(root / "projections.duckdb"))
+    assert con.execute("SELECT count(*) FROM meta WHERE key = ?", [STAMP]).fetchall() == [(1,)]
+    con.execute("DELETE FROM meta WHERE key = ?", [STAMP])
+    con.close()
+    store = open_store(root)
+    try:
+        store.commit(events[100:])
+        ids = [f"m{i}@pool" for i in range(150)]
+        assert sorted(store.stored_ids(ids)) == sorted(ids)
+    finally:
+        store.close()
+    con = duckdb.connect(str(root / "projections.duckdb"), read_only=True)
+    assert con.execute("SELECT count(*) FROM meta WHERE key = ?", [STAMP]).fetchall() == [(1,)]
+    con.close()
+
+
 def test_a_base_filter_lets_every_key_of_its_base_through(tmp_path: Path) -> None:
     """No false negative: every id and location key of the bases passes its
     filter; most keys the bases do not hold do not."""
