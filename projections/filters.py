@@ -20,6 +20,7 @@ __all__ = [
     "FILTER_HASHES",
     "STAMP",
     "build_filters",
+    "filters_made",
     "in_base",
     "new_stamp",
 ]
@@ -111,14 +112,20 @@ def in_base(con: duckdb.DuckDBPyConnection, table: str, column: str, keys: list[
     return _passing(con, keys, m, bits) if bits is not None else []  # (None: an empty base)
 
 
+def filters_made(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the file has the table of filters (not one made before them)."""
+    return bool(
+        con.execute(
+            "SELECT count(*) FROM duckdb_tables()"
+            " WHERE database_name = current_database() AND table_name = 'base_filters'"
+        ).fetchall()[0][0]
+    )
+
+
 def _read(con: duckdb.DuckDBPyConnection, name: str) -> tuple[int, bytes | None] | None:
     """The filter ``name`` as (m, its bits as a BLOB, None for an empty base); None
     when there is none this DuckDB can use."""
-    made = con.execute(  # (not in a file made before the filters)
-        "SELECT count(*) FROM duckdb_tables()"
-        " WHERE database_name = current_database() AND table_name = 'base_filters'"
-    ).fetchall()[0][0]
-    if not made:
+    if not filters_made(con):
         return None
     found = con.execute(
         "SELECT m, bits::BLOB FROM base_filters WHERE name = ? AND probe = " + _PROBE, [name]

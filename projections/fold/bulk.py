@@ -19,9 +19,10 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from projections.filters import STAMP, build_filters, new_stamp
+from projections.filters import build_filters
 from projections.fold.batch import FOLD_SCHEMA, SEEN, STAGE, STREAM_ROWS, batch_types, new_events
 from projections.fold.cursors import CURSOR_EVENTS, fold_cursors
+from projections.fold.deltas import stamp_filters
 from projections.fold.headers import INSERT_ENTRIES, entries
 from projections.fold.locations import LOCATION_EVENTS, fold_locations
 from projections.fold.messages import (
@@ -171,7 +172,7 @@ def rebuild(
         )
     with _timed("filters"):
         build_filters(con)
-        set_meta(con, STAMP, new_stamp())
+        stamp_filters(con, fresh=True)
     set_meta(con, "hash_probe", fresh_probe(con))
     # last: a rebuild killed before this point is redone at the next open
     set_meta(con, "projection_version", PROJECTION_VERSION)

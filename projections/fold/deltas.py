@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import duckdb
 
-from projections.filters import STAMP, new_stamp
+from projections.filters import STAMP, filters_made, new_stamp
 from projections.fold.meta import meta_value, set_meta
 from projections.tables import SPLIT_TABLES, delta_of
 
@@ -32,15 +32,14 @@ def delta_rows(con: duckdb.DuckDBPyConnection) -> int:
     )
 
 
-def stamp_filters(con: duckdb.DuckDBPyConnection) -> None:
-    """Give the bases' filters a stamp (``filters.STAMP``) when they have none: a
-    store rebuilt before the stamps has filters as good as any (unchanged since its
-    rebuild, like its bases) but every process would read them at every lookup."""
-    if meta_value(con, STAMP) is not None:
-        return
-    made = con.execute(
-        "SELECT count(*) FROM duckdb_tables()"
-        " WHERE database_name = current_database() AND table_name = 'base_filters'"
-    ).fetchall()[0][0]
-    if made and con.execute("SELECT count(*) FROM base_filters").fetchall()[0][0]:
-        set_meta(con, STAMP, new_stamp())
+def stamp_filters(con: duckdb.DuckDBPyConnection, *, fresh: bool = False) -> None:
+    """Give the bases' filters a new stamp (``filters.STAMP``): ``fresh``, filters
+    a rebuild just made; else only when they have none (a store rebuilt before the
+    stamps has filters as good as any, unchanged since its rebuild like its bases,
+    but every process would read them at every lookup)."""
+    if not fresh:
+        if meta_value(con, STAMP) is not None or not filters_made(con):
+            return
+        if not con.execute("SELECT count(*) FROM base_filters").fetchall()[0][0]:
+            return
+    set_meta(con, STAMP, new_stamp())
