@@ -144,9 +144,7 @@ class Touched:
         from projections.fold.batch import DELETED  # (the folds import this module)
 
         for chunk in chunks:
-            places = chunk.group_by(["source", "folder"]).aggregate([])
-            sources, folders = places.column("source"), places.column("folder")
-            self.places.update(zip(sources.to_pylist(), folders.to_pylist(), strict=True))
+            self.places.update(_places(chunk))
             self.deletes = self.deletes or DELETED in chunk.column("type").unique().to_pylist()
             yield chunk
 
@@ -157,3 +155,26 @@ class Touched:
         if before is None or self.deletes:
             return None
         return {key: f for key, f in before.items() if key not in self.places}
+
+
+def _places(chunk: pa.Table) -> set[tuple[str, str]]:
+    """The distinct (source, folder) pairs of the events of ``chunk``.
+
+    Each column dictionary-encoded (a null its own entry), a pair is one integer
+    of the two codes, and the distinct integers are decoded again: as fast as a
+    group-by, without importing Arrow's query engine (acero: 9 ms of every sync)
+    for it."""
+    import pyarrow as pa
+
+    from projections.fold.batch import pc
+
+    source, folder = (
+        pc().dictionary_encode(chunk.column(name).combine_chunks(), null_encoding="encode")
+        for name in ("source", "folder")
+    )
+    width = max(len(folder.dictionary), 1)
+    codes = pc().add(
+        pc().multiply(source.indices.cast(pa.int64()), width), folder.indices.cast(pa.int64())
+    )
+    sources, folders = source.dictionary.to_pylist(), folder.dictionary.to_pylist()
+    return {(sources[c // width], folders[c % width]) for c in pc().unique(codes).to_pylist()}
