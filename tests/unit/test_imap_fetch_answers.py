@@ -1,6 +1,6 @@
-"""Reading FETCH answers for bodies from a real Dovecot: the common shape is read
-without imapclient's lexer, and gives what imapclient's parser gives (the byte
-literals of other shapes: ``test_imap_response``)."""
+"""Reading FETCH answers for bodies and envelopes from a real Dovecot: the common
+shape is read without imapclient's lexer, and gives what imapclient's parser gives
+(the byte literals of other shapes: ``test_imap_response``)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 from imapclient.response_parser import parse_fetch_response
 
 from pipeline.config import load_config, resolve_secret
-from pipeline.sources.imap import ImapSource
-from pipeline.sources.imap.response import bodies_fast
+from pipeline.sources.imap import ImapSource, response
+from pipeline.sources.imap.response import ENVELOPE_ASK, bodies_fast, envelopes_fast
 
 BODY = b"From: a@example.org\r\nSubject: hi\r\n\r\nbody\r\n"
 
@@ -48,6 +48,17 @@ def test_dovecots_answers_read_the_same_both_ways(source: ImapSource) -> None:
     assert {u: source.internal_dates[u] for u in got} == {
         u: d[b"INTERNALDATE"].astimezone(UTC) for u, d in slow.items()
     }
+    source.close()
+
+
+def test_dovecots_envelopes_read_the_same_both_ways(source: ImapSource) -> None:
+    raw = source.fetch_raw([1, 2, 3, 4, 5], ENVELOPE_ASK, what="envelopes")
+    fast = envelopes_fast(raw)
+    assert fast is not None and sorted(fast) == [1, 2, 3, 4, 5]
+    assert fast == response._envelopes_parsed(raw)
+    sizes = {len(BODY.replace(b"hi", f"hi {i}".encode())) + 100 * i for i in range(5)}
+    assert {e.size for e in fast.values()} == sizes
+    assert {e.internal_date for e in fast.values()} == {datetime(2024, 3, 9, 23, 30, 5, tzinfo=UTC)}
     source.close()
 
 

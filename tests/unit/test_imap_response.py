@@ -11,13 +11,16 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from imapclient.datetime_util import parse_to_datetime
 from imapclient.exceptions import ProtocolError
 
+from pipeline.sources.imap import response
 from pipeline.sources.imap.response import (
     Envelope,
     FolderInfo,
     FolderState,
     bodies_fast,
+    envelopes_fast,
     folder_infos,
     folder_state,
     read_bodies,
@@ -81,6 +84,97 @@ MSGID = b"Message-ID: <m1@example.org>\r\n\r\n"
 def test_an_envelope_reads_the_same_in_every_servers_shape(data: list[Any]) -> None:
     got = read_envelopes(data)
     assert got[7] == Envelope(7, 120, "m1@example.org", WHEN)
+
+
+def test_the_common_shape_of_envelopes_is_read_without_the_full_parser() -> None:
+    dovecot = [
+        _lit(
+            b'1 (UID 7 RFC822.SIZE 120 INTERNALDATE "10-Mar-2024 00:30:05 +0100"'
+            b" BODY[HEADER.FIELDS (MESSAGE-ID)]",
+            MSGID,
+        ),
+        b")",
+        _lit(b"2 (RFC822.SIZE 9 UID 8 BODY[HEADER.FIELDS (MESSAGE-ID)]", b"\r\n"),
+        b")",
+    ]
+    expected = {7: Envelope(7, 120, "m1@example.org", WHEN), 8: Envelope(8, 9, None, None)}
+    assert envelopes_fast(dovecot) == expected
+    assert read_envelopes(dovecot) == expected
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        [None],  # no message matched
+        [_lit(b'1 (UID 7 BODY[HEADER.FIELDS ("MESSAGE-ID")]', MSGID), b")"],  # Courier
+        [_lit(b"1 (uid 7 body[header.fields (message-id)]", MSGID), b")"],  # lower case
+        [_lit(b"1 (UID 7 BODY[HEADER.FIELDS (MESSAGE-ID)]", MSGID), b" RFC822.SIZE 120)"],
+        [_lit(b"1 (UID 7 FLAGS (\\Seen) BODY[HEADER.FIELDS (MESSAGE-ID)]", MSGID), b")"],
+        [_lit(b"1 (RFC822.SIZE 120 BODY[HEADER.FIELDS (MESSAGE-ID)]", MSGID), b")"],  # no UID
+        [_lit(b'1 (UID 7 INTERNALDATE "x" BODY[HEADER.FIELDS (MESSAGE-ID)]', MSGID), b")"],
+        [(b"1 (UID 7 BODY[HEADER.FIELDS (MESSAGE-ID)] {99}", MSGID), b")"],  # not its size
+        [b"1 (UID 7 RFC822.SIZE 120 BODY[HEADER.FIELDS (MESSAGE-ID)] NIL)"],
+    ],
+    ids=["none", "quoted", "lower", "after", "flags", "no-uid", "date", "size", "nil"],
+)
+def test_any_other_shape_of_envelopes_is_left_to_the_full_parser(data: list[Any]) -> None:
+    assert envelopes_fast(data) is None
+
+
+_DATES = st.datetimes(min_value=datetime(1900, 1, 2), max_value=datetime(9998, 12, 30))
+_ZONES = st.integers(min_value=-(23 * 60 + 59), max_value=23 * 60 + 59)
+
+
+def _imap_date(when: datetime, zone: int, padded: bool) -> bytes:
+    day = f"{when.day:2d}" if padded else f"{when.day:02d}"
+    sign = "-" if zone < 0 else "+"
+    text = f"{day}-{when:%b-%Y %H:%M:%S} {sign}{abs(zone) // 60:02d}{abs(zone) % 60:02d}"
+    return text.encode()
+
+
+@given(_DATES, _ZONES, st.booleans())
+def test_an_internaldate_reads_as_imapclient_reads_it(
+    when: datetime, zone: int, padded: bool
+) -> None:
+    text = _imap_date(when, zone, padded)
+    assert response._internaldate(text) == parse_to_datetime(text, normalise=False)
+
+
+_HEADERS = st.one_of(
+    st.just(b"\r\n"),
+    st.builds(
+        lambda local, folded: b"Message-ID:" + (b"\r\n " if folded else b" ") + local + b"\r\n\r\n",
+        st.from_regex(rb"\A<[A-Za-z0-9.$\xe9-]{1,30}@[a-z.]{1,12}>\Z"),
+        st.booleans(),
+    ),
+)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 2**32 - 1),
+            st.integers(0, 2**40),
+            st.one_of(st.none(), st.tuples(_DATES, _ZONES, st.booleans())),
+            _HEADERS,
+            st.permutations(range(3)),
+        ),
+        max_size=5,
+    )
+)
+def test_the_fast_reading_of_envelopes_gives_what_the_parser_gives(
+    answers: list[tuple[int, int, Any, bytes, list[int]]],
+) -> None:
+    data: list[Any] = []
+    for n, (uid, size, date, header, order) in enumerate(answers, 1):
+        parts = [b"UID %d" % uid, b"RFC822.SIZE %d" % size]
+        if date is not None:
+            parts.append(b'INTERNALDATE "' + _imap_date(*date) + b'"')
+        items = b" ".join(parts[i] for i in order if i < len(parts))
+        data += [_lit(b"%d (%s BODY[HEADER.FIELDS (MESSAGE-ID)]" % (n, items), header), b")"]
+    fast = envelopes_fast(data)
+    assert fast is not None
+    assert fast == response._envelopes_parsed(data)
 
 
 def test_an_envelope_without_a_message_id_or_a_date_says_none() -> None:
@@ -178,6 +272,8 @@ def test_the_fast_reading_leaves_any_other_shape_alone(data: list[Any]) -> None:
 def test_the_fast_reading_never_raises(data: list[Any]) -> None:
     got = bodies_fast(data)
     assert got is None or all(isinstance(uid, int) for uid, _, _ in got)
+    envelopes = envelopes_fast(data)
+    assert envelopes is None or all(e.uid == uid for uid, e in envelopes.items())
 
 
 _ATOMS = [

@@ -12,12 +12,13 @@ imapclient's ``ProtocolError`` and nothing else, which the shell
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from imapclient.datetime_util import parse_to_datetime
@@ -34,6 +35,7 @@ __all__ = [
     "FolderInfo",
     "FolderState",
     "bodies_fast",
+    "envelopes_fast",
     "fetch_item_key",
     "fetch_items",
     "folder_infos",
@@ -144,13 +146,36 @@ def _utc(idate: Any) -> datetime | None:
     return idate.astimezone(UTC) if idate.tzinfo else idate.replace(tzinfo=UTC)
 
 
+# INTERNALDATE as RFC 3501 writes it: ``date-day-fixed "-" date-month "-" date-year
+# SP time SP zone``, the day space-padded or not
+_DATE = re.compile(rb" ?(\d{1,2})-([A-Z][a-z]{2})-(\d{4}) (\d\d):(\d\d):(\d\d) ([-+])(\d\d)(\d\d)")
+_MONTHS = {
+    month: i
+    for i, month in enumerate(
+        (b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun",
+         b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec"), 1
+    )
+}  # fmt: skip
+
+
 def _internaldate(text: bytes | None) -> datetime | None:
-    """An INTERNALDATE as UTC, read with its offset (None if it does not read)."""
+    """An INTERNALDATE as UTC, read with its offset (None if it does not read).
+
+    The form RFC 3501 gives is read here (1.5 us; imapclient's ``strptime`` 8 us,
+    the one used for any other form, with the same result)."""
     if text is None:
         return None
+    m = _DATE.fullmatch(text)
+    month = _MONTHS.get(m[2]) if m is not None else None
+    if m is not None and month is not None:
+        offset = int(m[8]) * 60 + int(m[9])
+        with contextlib.suppress(ValueError, OverflowError):  # (a 31st of February...)
+            return datetime(
+                int(m[3]), month, int(m[1]), int(m[4]), int(m[5]), int(m[6]), tzinfo=UTC
+            ) - timedelta(minutes=offset if m[7] == b"+" else -offset)
     try:
         return _utc(parse_to_datetime(text, normalise=False))
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
 
 
@@ -168,6 +193,12 @@ def _unreadable(what: str) -> Iterator[None]:
 def read_envelopes(data: list[Any]) -> dict[int, Envelope]:
     """The envelopes in the answer to a UID FETCH of ``ENVELOPE_ASK``, by UID
     (unsolicited answers for other messages included: the caller picks)."""
+    fast = envelopes_fast(data)
+    return fast if fast is not None else _envelopes_parsed(data)
+
+
+def _envelopes_parsed(data: list[Any]) -> dict[int, Envelope]:
+    """``read_envelopes`` by imapclient's parser: any shape RFC 3501 allows."""
     out: dict[int, Envelope] = {}
     with _unreadable("FETCH"):
         # (UID-keyed, INTERNALDATEs with their offset)
@@ -180,10 +211,46 @@ def read_envelopes(data: list[Any]) -> dict[int, Envelope]:
     return out
 
 
-# A body's FETCH answer in the shape servers send it (Dovecot, Gmail, Fastmail,
-# Cyrus): ``N (UID u INTERNALDATE "d" BODY[] {size}``, the literal, then ``)``.
+# A FETCH answer in the shape servers send it (Dovecot, Gmail, Fastmail, Cyrus):
+# ``N (ITEMS LAST {size}``, the literal, then ``)``: the item with the literal
+# last (a body's ``BODY[]``, an envelope's header field), the others before it.
 _BODY_HEAD = re.compile(rb"\d+ \((.*)BODY\[\] \{(\d+)\}", re.DOTALL)
 _BODY_ITEM = re.compile(rb'UID (\d+) |INTERNALDATE "([^"]*)" ')
+_ENVELOPE_HEAD = re.compile(
+    rb"\d+ \((.*)BODY\[HEADER\.FIELDS \(MESSAGE-ID\)\] \{(\d+)\}", re.DOTALL
+)
+_ENVELOPE_ITEM = re.compile(rb'UID (\d+) |INTERNALDATE "([^"]*)" |RFC822\.SIZE (\d+) ')
+
+
+def _common_shape(
+    data: list[Any], head: re.Pattern[bytes], item: re.Pattern[bytes]
+) -> list[tuple[list[re.Match[bytes]], bytes]] | None:
+    """(the items before the literal, the literal) of each answer in imaplib's
+    ``data``, when every one is ``N (ITEMS LAST {size}`` (``head``), its literal and
+    ``)``, its ITEMS read whole by ``item``; None otherwise."""
+    out: list[tuple[list[re.Match[bytes]], bytes]] = []
+    n = len(data)
+    i = 0
+    while i < n:
+        answer = data[i]
+        if not (
+            isinstance(answer, tuple) and len(answer) == 2 and i + 1 < n and data[i + 1] == b")"
+        ):
+            return None
+        line, literal = answer
+        m = head.fullmatch(line)
+        if m is None or not isinstance(literal, bytes) or int(m[2]) != len(literal):
+            return None
+        items, pos, found = m[1], 0, []
+        while pos < len(items):
+            im = item.match(items, pos)
+            if im is None:
+                return None
+            found.append(im)
+            pos = im.end()
+        out.append((found, literal))
+        i += 2
+    return out
 
 
 def bodies_fast(data: list[Any]) -> list[tuple[int, bytes, bytes | None]] | None:
@@ -194,33 +261,52 @@ def bodies_fast(data: list[Any]) -> list[tuple[int, bytes, bytes | None]] | None
     imapclient's lexer reads the answer a character at a time in Python: 39 us a
     message against 2.3 us here (a 100-message answer of the sync bench).
     """
+    answers = _common_shape(data, _BODY_HEAD, _BODY_ITEM)
+    if answers is None:
+        return None
     out: list[tuple[int, bytes, bytes | None]] = []
-    n = len(data)
-    i = 0
-    while i < n:
-        item = data[i]
-        if not (isinstance(item, tuple) and len(item) == 2 and i + 1 < n and data[i + 1] == b")"):
-            return None
-        head, body = item
-        m = _BODY_HEAD.fullmatch(head)
-        if m is None or not isinstance(body, bytes) or int(m[2]) != len(body):
-            return None
+    for items, body in answers:
         uid: int | None = None
         date: bytes | None = None
-        items, pos = m[1], 0
-        while pos < len(items):
-            im = _BODY_ITEM.match(items, pos)
-            if im is None:
-                return None
+        for im in items:
             if im[1] is not None:
                 uid = int(im[1])
             else:
                 date = im[2]
-            pos = im.end()
         if uid is None:
             return None
         out.append((uid, body, date))
-        i += 2
+    return out
+
+
+def envelopes_fast(data: list[Any]) -> dict[int, Envelope] | None:
+    """``read_envelopes`` of an answer whose every message has the common shape
+    above (UID, RFC822.SIZE and INTERNALDATE in any order, then the Message-ID
+    field as asked); None otherwise, and imapclient's parser reads it all.
+
+    The envelopes of 10,000 messages from Dovecot: 0.45-0.5 s through imapclient's
+    lexer, which reads a character at a time in Python."""
+    answers = _common_shape(data, _ENVELOPE_HEAD, _ENVELOPE_ITEM)
+    if answers is None:
+        return None
+    out: dict[int, Envelope] = {}
+    for items, header in answers:
+        uid: int | None = None
+        size = 0
+        when: datetime | None = None
+        for im in items:
+            if im[1] is not None:
+                uid = int(im[1])
+            elif im[3] is not None:
+                size = int(im[3])
+            else:
+                when = _internaldate(im[2])
+                if when is None:
+                    return None  # (an INTERNALDATE that does not read: the parser says why)
+        if uid is None:
+            return None
+        mid = normalize_msgid(_header_text(header).partition(":")[2]) if header else None
+        out[uid] = Envelope(uid, size, mid, when)
     return out
 
 
