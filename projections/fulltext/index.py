@@ -239,7 +239,12 @@ class FullText:
         any was removed."""
         new = winners_after(duck, held)
         gone_ids = self._deleted_ids(held, target)
-        docs = held_docs(con, {item[1] for item in new} | gone_ids)
+        # The documents to take out are those of the ids deleted since: the first
+        # sighting of a Message-ID wins, so a message that won after ``held`` was
+        # not stored at ``held`` (which the index held, no more) unless deleted
+        # since. The new ids are not looked up: 10,000 of them against the index
+        # of 1,000,000 messages, not in the page cache, read 0.56 s of it for none.
+        docs = held_docs(con, gone_ids)
         still = winners_of(duck, gone_ids - {item[1] for item in new})
         removed = False
         for message_id, (key, seq, sha, has_text) in docs.items():

@@ -93,6 +93,36 @@ def test_each_fold_updates_the_index_and_equals_a_replay(
     assert _ids(store, f"{token}body") == {kept, again}
 
 
+def test_an_index_that_lagged_over_deletes_and_a_return_catches_up_to_a_rebuild(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One catch-up over a message deleted and seen again, one deleted for good and
+    one new: only the deleted ones' documents are looked for (the first sighting
+    wins), and the index equals one built afresh."""
+    import_maildir(store, FIXTURES / "maildir")
+    token = secrets.token_hex(6)
+    back = store.add(None, _message(token, 1))
+    gone = store.add(None, _message(token, 2))
+    held = _seq(store)
+
+    def lag(self: FullText, duck: Any) -> int:
+        raise RuntimeError("the index is busy")
+
+    with monkeypatch.context() as m:
+        m.setattr(FullText, "sync", lag)
+        assert store.delete(back) and store.delete(gone)
+        assert store.add(None, _message(token, 1)) == back  # seen again: wins anew
+        new = store.add(None, _message(token, 3))
+    assert _seq(store) == held  # (the folds went on without the text)
+
+    assert _ids(store, f"{token}body") == {back, new}  # (a search catches up first)
+    assert _seq(store) == store.log.last_seq()
+    caught_up = _fingerprint(store)
+    store.reindex(text=True)
+    assert _fingerprint(store) == caught_up
+    assert _ids(store, f"{token}body") == {back, new}
+
+
 def test_one_message_fold_costs_little_beside_a_store_of_many(
     store: MessageStore, notmuch_corpus: Path
 ) -> None:
