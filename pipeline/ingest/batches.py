@@ -142,6 +142,10 @@ class Ingest:
         # another writer's
         self._absent: set[str] = set()
         self._absent_upto = 0
+        # places whose locations on record the caller read at once (``on_record``),
+        # and the contents of deleted messages among them
+        self._read_places: set[tuple[Any, ...]] = set()
+        self._read_deleted: dict[tuple[Any, ...], set[str]] = {}
 
     def error(self, where: str, reason: str) -> None:
         """Count a message that could not be read at all (it is named, never dropped quietly)."""
@@ -192,7 +196,9 @@ class Ingest:
         goes by what the store held when it first looked)."""
         if self._start_alone():
             return None
-        if self._deleted is None and self._probed + len(items) <= self._PROBE_PLACES:
+        if self._read_places and all(it.where in self._read_places for it in items):
+            deleted = self._read_deleted
+        elif self._deleted is None and self._probed + len(items) <= self._PROBE_PLACES:
             self._probed += len(items)
             deleted = _deleted_at(self.store, self.source, [it.where for it in items])
         else:
@@ -220,6 +226,24 @@ class Ingest:
         a quarter of its committing process's time, growing with the store.
         Another writer's commit ends it for the rest of the run (lookups as before)."""
         return self._start_alone() and self.store.log.last_seq() == self._own_upto
+
+    def on_record(self, places: Iterable[tuple[Any, ...]], rows: Iterable[dict[str, Any]]) -> None:
+        """``rows``: every location of this source on record at ``places`` (each a
+        (folder, uidvalidity, uid, uidl)), asked by the caller in one query: ``held``
+        and the lookups of the batches at those places take them from here rather
+        than probing each chunk's and batch's places (the first sync of a folder of
+        10,000 messages into 1,000,000 probed them 30 times: 0.6 s)."""
+        if self._start_alone():
+            return  # (nothing on record there but this run's)
+        found = list(rows)
+        stored = self.store.stored_ids(sorted({r["message_id"] for r in found}), as_writer=True)
+        for r in found:
+            where = (r["folder"], r["uidvalidity"], r["uid"], r["uidl"])
+            self._locs.add(_digest(*where, r["sha256"]))
+            if r["message_id"] not in stored:
+                self._read_deleted.setdefault(where, set()).add(r["sha256"])
+        self._read_places.update(places)
+        self._places.update(_digest(*p) for p in self._read_places)
 
     def absent(self, ids: Iterable[str], upto: int | None) -> None:
         """``ids`` the store holds no message of, as its projections said when they

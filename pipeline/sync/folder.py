@@ -207,6 +207,11 @@ class FolderSync:
             envelopes = list(self.src.envelopes(uids))
         by_uid = {e.uid: e for e in envelopes}
         gone(ingest, fr, len([u for u in uids if u not in by_uid]))
+        if not dates and len(by_uid) > ingest.batch_size:
+            # what the store holds at these places asked once, not by each batch
+            # (and each chunk of the first) in turn: a first sync into a large store
+            places = [(folder, state.uidvalidity, uid, None) for uid in by_uid]
+            ingest.on_record(places, self.store.locations_at(self.account.name, places))
         owners: dict[str, str] = {}
         asked = [(e.message_id, e.size) for e in envelopes if e.message_id is not None]
         known = self.store.known_records(asked, owners=owners)

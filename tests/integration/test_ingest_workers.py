@@ -457,3 +457,48 @@ def test_the_deleted_contents_of_a_source_are_read_either_way(
         got = st.deleted_contents(source)
         assert sorted(got.values(), key=repr) == [{sha}, {sha}] and len(got) == 2
         assert st.deleted_contents("nobody") == {}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_run_told_what_is_on_record_at_its_places_probes_none_and_decides_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """A sync of many UIDs asks what the store holds at all of them in one query
+    (``Ingest.on_record``): its batches then probe none of those places, and decide
+    as a run that probes them: a deleted and purged message's bytes stay erased
+    (no worker writes them), a known place adds nothing, a new one is stored."""
+    root = _erasable(tmp_path)
+    names = ["1.A:2,S", "3.C:2,", "4.D:2,"]
+    outcomes = []
+    for told in (False, True):
+        with _open(tmp_path / f"store-{told}") as st:
+            first = Ingest(st, "import:test", batch_size=2)
+            _offer_files(first, root, names[:2])
+            first.flush()
+            sha = st.get("secret@x")["sha256"]  # type: ignore[index]
+            assert st.delete("secret@x") and st.purge().blobs_erased == 1
+            _put(root / "cur" / names[2], _msg("new@x", "new"))
+            probed: list[Any] = []
+
+            def probe(*a: Any, probed: list[Any] = probed, **k: Any) -> list[Any]:
+                probed.append(a)
+                return []
+
+            with ingest_mod.worker_pool(workers) as pool, monkeypatch.context() as m:
+                again = Ingest(st, "import:test", batch_size=2, pool=pool)
+                if told:
+                    places = [("INBOX", None, None, n) for n in names]
+                    again.on_record(places, st.locations_at("import:test", places))
+                    m.setattr(st, "locations_at", probe)
+                m.setattr(Ingest, "drop_unwanted", _no_blob_to_take_back)
+                _offer_files(again, root, names)
+                again.flush()
+            assert probed == []
+            assert not st.blobs.has(sha), "an erased message's bytes came back"
+            assert again.counts.balanced and st.verify() == []
+            outcomes.append((_counts(again.counts), sorted(st.message_ids())))
+            (root / "cur" / names[2]).unlink()
+    assert outcomes[0] == outcomes[1]
+    counts, ids = outcomes[1]
+    assert ids == ["kept@x", "new@x"]
+    assert (counts["bodies_fetched"], counts["known_skipped"], counts["events"]) == (1, 2, 1)
