@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
@@ -245,13 +245,21 @@ class Ingest:
         self._read_places.update(places)
         self._places.update(_digest(*p) for p in self._read_places)
 
-    def absent(self, ids: Iterable[str], upto: int | None) -> None:
+    def absent(
+        self, ids: Iterable[str], upto: int | None, owners: Mapping[str, str] | None = None
+    ) -> None:
         """``ids`` the store holds no message of, as its projections said when they
         held the log up to seq ``upto`` (None: not known, nothing is assumed): this
         run's lookups skip them while every event committed since is its own. A
         sync asks about all its envelopes at once (one scan); asking again per
         batch probed the index on ``messages.message_id`` ten times for 10,000
-        messages into 1,000,000 (0.2-0.8 s and 64 MiB of index each)."""
+        messages into 1,000,000 (0.2-0.8 s and 64 MiB of index each).
+
+        ``owners``: the ids of the same answer the store does hold, with the source
+        that stored each (``stored_ids``): not asked again either (about 60 ids a
+        sync of 10,000 asked again batch by batch, 0.26 s)."""
+        if owners:
+            self._owners.update((_digest(i), owner) for i, owner in owners.items())
         if upto is None:
             return
         self._absent = set(ids)

@@ -216,7 +216,9 @@ class FolderSync:
         asked = [(e.message_id, e.size) for e in envelopes if e.message_id is not None]
         known = self.store.known_records(asked, owners=owners)
         # (the projections that answered held the log up to this seq, if any)
-        ingest.absent((i for i, _ in asked if i not in owners), self.store.projector.caught_up_seq)
+        ingest.absent(
+            (i for i, _ in asked if i not in owners), self.store.projector.caught_up_seq, owners
+        )
         to_fetch: list[Envelope] = []
         for env in envelopes:
             rec = known.get((env.message_id, env.size)) if env.message_id else None

@@ -502,3 +502,31 @@ def test_a_run_told_what_is_on_record_at_its_places_probes_none_and_decides_the_
     counts, ids = outcomes[1]
     assert ids == ["kept@x", "new@x"]
     assert (counts["bodies_fetched"], counts["known_skipped"], counts["events"]) == (1, 2, 1)
+
+
+def test_ids_told_held_with_their_owner_are_not_asked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sync's one scan of its envelope ids also says which the store holds and
+    whose they are: the run's batches do not ask about those either."""
+    root = tmp_path / "md"
+    _put(root / "cur" / "1:2,", _msg("seed@x", "seed"))
+    _put(root / "cur" / "2:2,", _msg("m1@x", "s1"))
+    with _open(tmp_path / "store") as st:
+        st.add(None, _msg("seed@x", "seed"), source="other")
+        asked: list[str] = []
+        real = st.stored_ids
+
+        def spy(ids: list[str], **kw: Any) -> dict[str, str]:
+            asked.extend(ids)
+            return real(ids, **kw)
+
+        monkeypatch.setattr(st, "stored_ids", spy)
+        ingest = Ingest(st, "import:test", batch_size=2)
+        ingest.absent(["m1@x"], st.projector.caught_up_seq, {"seed@x": "other"})
+        _offer_files(ingest, root, ["1:2,", "2:2,"])
+        ingest.flush()
+        assert asked == []
+        c = ingest.counts
+        assert c.balanced and (c.new_messages, c.conflicts_other_source) == (1, 1)
+        assert st.verify() == []
