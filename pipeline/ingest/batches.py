@@ -142,8 +142,7 @@ class Ingest:
         # another writer's
         self._absent: set[str] = set()
         self._absent_upto = 0
-        # places whose locations on record the caller read at once (``on_record``),
-        # and the contents of deleted messages among them
+        # places whose locations the caller read at once, deleted contents there
         self._read_places: set[tuple[Any, ...]] = set()
         self._read_deleted: dict[tuple[Any, ...], set[str]] = {}
 
@@ -255,9 +254,8 @@ class Ingest:
         batch probed the index on ``messages.message_id`` ten times for 10,000
         messages into 1,000,000 (0.2-0.8 s and 64 MiB of index each).
 
-        ``owners``: the ids of the same answer the store does hold, with the source
-        that stored each (``stored_ids``): not asked again either (about 60 ids a
-        sync of 10,000 asked again batch by batch, 0.26 s)."""
+        ``owners``: the ids it holds, with their source (``stored_ids``): not asked
+        again either."""
         if owners:
             self._owners.update((_digest(i), owner) for i, owner in owners.items())
         if upto is None:
