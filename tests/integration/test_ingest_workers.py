@@ -402,6 +402,19 @@ def test_an_import_into_a_new_store_builds_its_projections_once_at_the_end(
         assert len(st.message_ids()) == 12 and st.verify() == []
 
 
+def _ids_asked(st: MessageStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids ``st.stored_ids`` is asked about from now on, as they are asked."""
+    asked: list[str] = []
+    real = st.stored_ids
+
+    def spy(ids: list[str], **kw: Any) -> dict[str, str]:
+        asked.extend(ids)
+        return real(ids, **kw)
+
+    monkeypatch.setattr(st, "stored_ids", spy)
+    return asked
+
+
 def test_ids_seen_absent_are_not_asked_again_until_another_writer_commits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -414,14 +427,7 @@ def test_ids_seen_absent_are_not_asked_again_until_another_writer_commits(
         _put(root / "cur" / name, _msg(f"m{i}@x", f"s{i}"))
     with _open(tmp_path / "store") as st:
         st.add(None, _msg("seed@x", "seed"), source="other")  # not empty: lookups are made
-        asked: list[str] = []
-        real = st.stored_ids
-
-        def spy(ids: list[str], **kw: Any) -> dict[str, str]:
-            asked.extend(ids)
-            return real(ids, **kw)
-
-        monkeypatch.setattr(st, "stored_ids", spy)
+        asked = _ids_asked(st, monkeypatch)
         ingest = Ingest(st, "import:test", batch_size=2)
         ingest.absent([f"m{i}@x" for i in range(6)], st.projector.caught_up_seq)
         _offer_files(ingest, root, names[:4])  # the first batch is committed
@@ -514,14 +520,7 @@ def test_ids_told_held_with_their_owner_are_not_asked_again(
     _put(root / "cur" / "2:2,", _msg("m1@x", "s1"))
     with _open(tmp_path / "store") as st:
         st.add(None, _msg("seed@x", "seed"), source="other")
-        asked: list[str] = []
-        real = st.stored_ids
-
-        def spy(ids: list[str], **kw: Any) -> dict[str, str]:
-            asked.extend(ids)
-            return real(ids, **kw)
-
-        monkeypatch.setattr(st, "stored_ids", spy)
+        asked = _ids_asked(st, monkeypatch)
         ingest = Ingest(st, "import:test", batch_size=2)
         ingest.absent(["m1@x"], st.projector.caught_up_seq, {"seed@x": "other"})
         _offer_files(ingest, root, ["1:2,", "2:2,"])
