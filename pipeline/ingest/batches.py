@@ -28,12 +28,11 @@ __all__ = ["Ingest"]
 log = logging.getLogger("mailledger.ingest")
 
 
-def _deleted_at(
-    store: MessageStore, source: str, places: Sequence[tuple[Any, ...]]
+def _deleted_among(
+    store: MessageStore, rows: list[dict[str, Any]]
 ) -> dict[tuple[Any, ...], set[str]]:
-    """``MessageStore.deleted_contents`` of ``places`` only (each a (folder, uidvalidity, uid,
-    uidl)), probed through the indexes."""
-    rows = store.locations_at(source, places, as_writer=True)
+    """The contents at the location ``rows`` whose message is no longer stored, by place
+    (``MessageStore.deleted_contents`` of those rows only)."""
     if not rows:
         return {}
     stored = store.stored_ids(sorted({r["message_id"] for r in rows}), as_writer=True)
@@ -199,7 +198,8 @@ class Ingest:
             deleted = self._read_deleted
         elif self._deleted is None and self._probed + len(items) <= self._PROBE_PLACES:
             self._probed += len(items)
-            deleted = _deleted_at(self.store, self.source, [it.where for it in items])
+            rows = self.store.locations_at(self.source, [it.where for it in items], as_writer=True)
+            deleted = _deleted_among(self.store, rows)
         else:
             if self._deleted is None:
                 self._deleted = self.store.deleted_contents(self.source)
@@ -235,14 +235,14 @@ class Ingest:
         if self._start_alone():
             return  # (nothing on record there but this run's)
         found = list(rows)
-        stored = self.store.stored_ids(sorted({r["message_id"] for r in found}), as_writer=True)
-        for r in found:
-            where = (r["folder"], r["uidvalidity"], r["uid"], r["uidl"])
-            self._locs.add(_digest(*where, r["sha256"]))
-            if r["message_id"] not in stored:
-                self._read_deleted.setdefault(where, set()).add(r["sha256"])
-        self._read_places.update(places)
-        self._places.update(_digest(*p) for p in self._read_places)
+        self._locs.update(
+            _digest(r["folder"], r["uidvalidity"], r["uid"], r["uidl"], r["sha256"]) for r in found
+        )
+        for where, shas in _deleted_among(self.store, found).items():
+            self._read_deleted.setdefault(where, set()).update(shas)
+        asked = set(places) - self._read_places
+        self._read_places |= asked
+        self._places.update(_digest(*p) for p in asked)
 
     def absent(
         self, ids: Iterable[str], upto: int | None, owners: Mapping[str, str] | None = None
