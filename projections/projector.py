@@ -136,7 +136,7 @@ class Projector:
             return None
         from projections.fulltext.index import FullText
 
-        return FullText(self.root, self._blobs, self.log)
+        return FullText(self.root, self._blobs)
 
     def read_text(self, fn: Callable[..., _T], plan: Any, *args: Any) -> _T:
         """``fn(reader, plan, *args)`` within one hold, given ``text=`` the full-text

@@ -81,6 +81,14 @@ TABLES: dict[str, str] = {
         value VARCHAR NOT NULL,
         message_id VARCHAR {_RAW} NOT NULL
     """,
+    # A row per stored message a deletion removed: its winning ``seq`` (as
+    # ``messages.seq`` had it) and the ``message-deleted`` event's seq. What
+    # followers of ``messages`` kept outside it (the full-text index, keyed by
+    # seq) read to take out what went since the seq they hold, by seq, without an
+    # index of Message-IDs of their own. Every removal, as folding the events one
+    # at a time would make them, whatever the batches (a message seen and deleted
+    # in one batch too): a replay makes the same rows.
+    "removals": "seq BIGINT NOT NULL, deleted_seq BIGINT NOT NULL",
     "thread_edges": "child VARCHAR NOT NULL, parent VARCHAR NOT NULL, kind VARCHAR NOT NULL",
     "thread_nodes": f"message_id VARCHAR {_RAW} NOT NULL, thread_id VARCHAR NOT NULL",
     "locations": f"""

@@ -29,6 +29,7 @@ from projections.fold.messages import (
     DECIDE,
     NEW_ROWS,
     NONE_EXISTING,
+    REMOVALS,
     count_defects,
     derived_columns,
 )
@@ -271,6 +272,7 @@ def build_tables(con: duckdb.DuckDBPyConnection, builders: int) -> None:
         c.execute(
             f"CREATE TABLE {STAGE}._win AS SELECT win AS seq FROM _decide WHERE win IS NOT NULL"
         )
+        c.execute(REMOVALS.format(existing=""))
 
     def derive(c: duckdb.DuckDBPyConnection) -> None:
         """The columns the normalization rules define, of every message-seen event

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 import duckdb
 import pyarrow as pa
 
-from projections.fold.batch import batch_types, new_events
+from projections.fold.batch import DELETED, batch_types, new_events
 from projections.fold.cursors import CURSOR_EVENTS, fold_cursors
 from projections.fold.locations import LOCATION_EVENTS, fold_locations
 from projections.fold.messages import MESSAGE_EVENTS, fold_messages
@@ -47,7 +47,7 @@ def apply_chunks(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table]) -> 
         if last > applied:
             types = batch_types(con)
             if types & MESSAGE_EVENTS:
-                fold_messages(con)
+                fold_messages(con, deletions=DELETED in types)
             if types & LOCATION_EVENTS:
                 fold_locations(con)
             if types & CURSOR_EVENTS:

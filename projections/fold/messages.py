@@ -58,6 +58,32 @@ FROM g LEFT JOIN w USING (message_id)
 
 NONE_EXISTING = "SELECT NULL::VARCHAR WHERE false"
 
+# The ``removals`` of the batch: each deletion that removed a stored message,
+# with the winning seq it removed. The events of each deleted id fall into runs,
+# each ended by one of its deletions; a run's first sighting (or, in the first
+# run, the row already stored: ``{{existing}}``, SQL of its seq and id) was the
+# stored message when its deletion came. Folding the events one at a time gives
+# these rows, so any batching does, and so does a replay: one batch of all.
+REMOVALS = f"""
+INSERT INTO removals
+SELECT seq, deleted_seq FROM (
+    SELECT min(seq) FILTER (WHERE NOT is_del) AS seq, max(seq) FILTER (WHERE is_del) AS deleted_seq
+    FROM (
+        SELECT seq, is_del, message_id, coalesce(sum(is_del::INTEGER) OVER (
+            PARTITION BY message_id ORDER BY seq
+            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS run
+        FROM (
+            SELECT seq, type = '{DELETED}' AS is_del, message_id FROM _batch
+            WHERE type IN ('{SEEN}', '{DELETED}') AND message_id IN (
+                SELECT message_id FROM _batch WHERE type = '{DELETED}')
+            {{existing}}
+        )
+    )
+    GROUP BY message_id, run
+)
+WHERE seq IS NOT NULL AND deleted_seq IS NOT NULL
+"""
+
 # The ``meta`` counts ``stats`` prints of the message rows, with what each counts:
 # kept by the folds (the rows written less those removed), so that a fold's
 # cost, and ``stats``, never scan the whole table for them.
@@ -141,10 +167,12 @@ def derived_columns(rows: pa.Table) -> pa.Table:
     )
 
 
-def fold_messages(con: duckdb.DuckDBPyConnection) -> None:
+def fold_messages(con: duckdb.DuckDBPyConnection, *, deletions: bool = True) -> None:
     """Fold the batch's sightings and deletions into ``messages``, with the header
-    index entries and thread edges of the rows written and removed, and the
-    threads they touch recomputed (``DECIDE`` says which sighting wins)."""
+    index entries and thread edges of the rows written and removed, the
+    ``removals`` made, and the threads they touch recomputed (``DECIDE`` says
+    which sighting wins). ``deletions``: whether the batch may hold any (False
+    spares a batch of sightings the query of its removals)."""
     ids = sorted(
         values_of(
             con, f"SELECT DISTINCT message_id FROM _batch WHERE type IN ('{SEEN}', '{DELETED}')"
@@ -153,6 +181,10 @@ def fold_messages(con: duckdb.DuckDBPyConnection) -> None:
     # the stored rows of the batch's ids: probed, not scanned, for a small batch
     register_table(con, "_existing", probed(con, "messages", "message_id", ids))
     con.execute(DECIDE.format(existing="SELECT message_id FROM _existing"))
+    if deletions:
+        con.execute(
+            REMOVALS.format(existing="UNION ALL SELECT seq, false, message_id FROM _existing")
+        )
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _removed AS SELECT e.* FROM _decide d"
         " JOIN _existing e USING (message_id) WHERE d.existed AND d.last_del IS NOT NULL"

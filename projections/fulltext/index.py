@@ -35,14 +35,13 @@ from projections.queries.fulltext import (
     doc_key,
     held_docs,
     next_key,
+    removed_between,
     taken_keys,
     text_fingerprint,
     winners,
     winners_after,
-    winners_of,
 )
 from stores.blobs import BlobStore
-from stores.log import EventLog
 
 __all__ = ["COLUMNS", "TEXT_VERSION", "FullText"]
 
@@ -62,7 +61,6 @@ CREATE TABLE docs (
     key INTEGER PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, message_id TEXT NOT NULL,
     sha256 TEXT NOT NULL, has_text INTEGER NOT NULL, date INTEGER
 );
-CREATE INDEX docs_message_id ON docs(message_id);
 CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
 # set once a new file is built: a later removal overwrites the terms in place
@@ -183,10 +181,9 @@ def _keys(con: apsw.Connection, items: list[Item]) -> list[int]:
 class FullText:
     """The full-text index of the store at ``root`` (its blobs in ``blobs``)."""
 
-    def __init__(self, root: Path, blobs: BlobStore, log: EventLog, name: str = "fulltext") -> None:
+    def __init__(self, root: Path, blobs: BlobStore, name: str = "fulltext") -> None:
         self.path = root / f"{name}.sqlite"
         self.blobs = blobs
-        self.log = log
         self.workers = max(1, min(os.cpu_count() or 1, 4))  # extraction processes
         self._new = root / f"{name}.sqlite.rebuild-{os.getpid()}"
 
@@ -221,6 +218,9 @@ class FullText:
                     con.execute("ROLLBACK")
                     con.close()
                     return self.rebuild(duck)
+                # (an index of the Message-IDs of ``docs``, made by files before
+                # ``removals``: no read needs it, and every write paid for it)
+                con.execute("DROP INDEX IF EXISTS docs_message_id")
                 removed = self._follow(con, duck, held, target) if held != target else False
                 con.execute("COMMIT")
             except BaseException:
@@ -238,19 +238,13 @@ class FullText:
         """Add the messages won after seq ``held``, remove those gone; True when
         any was removed."""
         new = winners_after(duck, held)
-        gone_ids = self._deleted_ids(held, target)
-        # The documents to take out are those of the ids deleted since: the first
-        # sighting of a Message-ID wins, so a message that won after ``held`` was
-        # not stored at ``held`` (which the index held, no more) unless deleted
-        # since. The new ids are not looked up: 10,000 of them against the index
-        # of 1,000,000 messages, not in the page cache, read 0.56 s of it for none.
-        docs = held_docs(con, gone_ids)
-        still = winners_of(duck, gone_ids - {item[1] for item in new})
+        # The documents to take out: those of the stored messages that deletions
+        # after ``held`` removed (``removals``), by seq. A message that won after
+        # ``held`` has no document yet, whatever happened to it since.
         removed = False
-        for message_id, (key, seq, sha, has_text) in docs.items():
-            if still.get(message_id, -1) != seq:
-                self._remove(con, key, sha, has_text)
-                removed = True
+        for key, sha, has_text in held_docs(con, removed_between(duck, held, target)).values():
+            self._remove(con, key, sha, has_text)
+            removed = True
         # in the order of their keys: FTS5 writes its pending terms out as a new
         # segment whenever a rowid comes below the last one, and a sync's messages,
         # in seq order, need not be in order of date (an old archive's are not):
@@ -261,22 +255,6 @@ class FullText:
         self._add(con, sorted(new, key=lambda item: doc_key(item[0], item[3])))
         _set_meta(con, "applied_seq", target)
         return removed
-
-    def _deleted_ids(self, after: int, upto: int) -> set[str]:
-        """The Message-IDs of the deletions in the log after seq ``after``."""
-        if upto <= after:
-            return set()
-        table = self.log.read(after=after, columns=["seq", "type", "message_id"])
-        return {
-            str(m)
-            for s, t, m in zip(
-                table.column("seq").to_pylist(),
-                table.column("type").to_pylist(),
-                table.column("message_id").to_pylist(),
-                strict=True,
-            )
-            if t == "message-deleted" and s <= upto and m is not None
-        }
 
     def _remove(self, con: apsw.Connection, key: int, sha: str, has_text: bool) -> None:
         row = text_row(self.blobs, sha) if has_text else None
@@ -382,7 +360,7 @@ class FullText:
             if not compare or found:
                 return found
             before = self.fingerprint(con)
-        scratch = FullText(self.path.parent, self.blobs, self.log, name="fulltext.verify")
+        scratch = FullText(self.path.parent, self.blobs, name="fulltext.verify")
         try:
             scratch.rebuild(duck)
             with scratch.connection() as con:

@@ -26,11 +26,11 @@ __all__ = [
     "match_seqs",
     "match_window",
     "next_key",
+    "removed_between",
     "taken_keys",
     "text_fingerprint",
     "winners",
     "winners_after",
-    "winners_of",
 ]
 
 
@@ -62,34 +62,25 @@ def winners_after(
     return [(int(s), str(m), str(h), None if d is None else int(d)) for s, m, h, d in rows]
 
 
-def winners_of(con: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> dict[str, int]:
-    """The winning seq of each of the Message-IDs ``ids`` still stored."""
-    wanted = sorted(set(ids))
-    if not wanted:
-        return {}
-    table = pa.table({"message_id": pa.array(wanted, pa.string())})
-    con.register("_fulltext_ids", table)
-    try:
-        rows = con.execute(
-            "SELECT message_id, seq FROM messages WHERE message_id IN"
-            " (SELECT message_id FROM _fulltext_ids)"
-        ).fetchall()
-    finally:
-        con.unregister("_fulltext_ids")
-    return {str(m): int(s) for m, s in rows}
+def removed_between(con: duckdb.DuckDBPyConnection, after: int, upto: int) -> list[int]:
+    """The winning seqs, at or below ``after``, of the stored messages that
+    deletions after seq ``after`` and up to ``upto`` removed (``removals``)."""
+    rows = con.execute(
+        "SELECT seq FROM removals WHERE deleted_seq > ? AND deleted_seq <= ? AND seq <= ?",
+        [after, upto, after],
+    ).fetchall()
+    return sorted(int(seq) for (seq,) in rows)
 
 
-def held_docs(text: apsw.Connection, ids: Iterable[str]) -> dict[str, tuple[int, int, str, bool]]:
-    """``message_id -> (key, seq, sha256, has_text)`` of the documents the index
-    holds for ``ids``. Asked in their order: the index on ``docs.message_id`` is
-    then read page after page, not at random (10,000 ids against the index of
-    1,000,000 messages, not in the page cache: 0.75 s at random)."""
-    found: dict[str, tuple[int, int, str, bool]] = {}
-    for message_id in sorted(set(ids)):
-        for key, seq, sha, has_text in text.execute(
-            "SELECT key, seq, sha256, has_text FROM docs WHERE message_id = ?", (message_id,)
+def held_docs(text: apsw.Connection, seqs: Iterable[int]) -> dict[int, tuple[int, str, bool]]:
+    """``seq -> (key, sha256, has_text)`` of the documents the index holds for the
+    messages of ``seqs`` (each asked through the unique index on ``docs.seq``)."""
+    found: dict[int, tuple[int, str, bool]] = {}
+    for seq in sorted(set(seqs)):
+        for key, sha, has_text in text.execute(
+            "SELECT key, sha256, has_text FROM docs WHERE seq = ?", (seq,)
         ):
-            found[message_id] = (int(key), int(seq), str(sha), bool(has_text))
+            found[seq] = (int(key), str(sha), bool(has_text))
     return found
 
 

@@ -97,8 +97,8 @@ def test_an_index_that_lagged_over_deletes_and_a_return_catches_up_to_a_rebuild(
     store: MessageStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One catch-up over a message deleted and seen again, one deleted for good and
-    one new: only the deleted ones' documents are looked for (the first sighting
-    wins), and the index equals one built afresh."""
+    one new: the documents taken out are those of the messages the deletions
+    removed (``removals``, by seq), and the index equals one built afresh."""
     import_maildir(store, FIXTURES / "maildir")
     token = secrets.token_hex(6)
     back = store.add(None, _message(token, 1))
@@ -121,6 +121,42 @@ def test_an_index_that_lagged_over_deletes_and_a_return_catches_up_to_a_rebuild(
     store.reindex(text=True)
     assert _fingerprint(store) == caught_up
     assert _ids(store, f"{token}body") == {back, new}
+
+
+def _indexes(store: MessageStore) -> set[str]:
+    fulltext = store.projector.fulltext
+    assert fulltext is not None
+    with fulltext.connection() as con:
+        return {
+            str(name)
+            for (name,) in con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'docs'"
+                " AND sql IS NOT NULL"
+            )
+        }
+
+
+def test_an_index_made_with_an_index_of_message_ids_drops_it_at_its_next_catch_up(
+    store: MessageStore,
+) -> None:
+    """Files made before ``removals`` kept ``docs`` indexed by Message-ID: no read
+    needs it now, and each write paid for it. The next catch-up drops it, and
+    removes by seq what a deletion took out."""
+    import_maildir(store, FIXTURES / "maildir")
+    token = secrets.token_hex(6)
+    gone = store.add(None, _message(token, 1))
+    fulltext = store.projector.fulltext
+    assert fulltext is not None
+    assert _indexes(store) == set()  # (a new file is made without it)
+    with fulltext.connection() as con:
+        con.execute("CREATE INDEX docs_message_id ON docs(message_id)")
+    assert _indexes(store) == {"docs_message_id"}
+    assert store.delete(gone)
+    assert _indexes(store) == set()
+    assert _ids(store, f"{token}body") == set()
+    caught_up = _fingerprint(store)
+    store.reindex(text=True)
+    assert _fingerprint(store) == caught_up
 
 
 def test_one_message_fold_costs_little_beside_a_store_of_many(

@@ -416,6 +416,42 @@ def test_folds_over_rows_in_the_bases_and_the_deltas_give_the_tables_of_a_replay
     check_incremental_equals_replay(tmp_path / "store", _MIXED, [True], merges)
 
 
+# m0 seen twice, deleted twice (the second finds nothing stored), seen again
+# with m1, both deleted, m0 seen once more: seqs 1..9.
+_REMOVED = [
+    ("seen", "m0@pool", None, [], "a", T0, ("imap-a", "INBOX", 1, 1, None), 0),
+    ("seen", "m0@pool", None, [], "a", T0, ("imap-a", "Archive", 1, 1, None), 0),
+    ("deleted", "m0@pool"),
+    ("deleted", "m0@pool"),
+    ("seen", "m0@pool", None, [], "b", T0, ("imap-a", "INBOX", 1, 2, None), 1),
+    ("seen", "m1@pool", None, [], "c", T0, ("imap-a", "INBOX", 1, 3, None), 0),
+    ("deleted", "m0@pool"),
+    ("seen", "m0@pool", None, [], "d", T0, ("imap-a", "INBOX", 1, 4, None), 2),
+    ("deleted", "m1@pool"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "cuts",
+    [[False], [True], *([False] * i + [True] + [False] * (8 - i) for i in range(8))],
+    ids=["one-batch", "each-event", *(f"cut-after-{i + 1}" for i in range(8))],
+)
+def test_each_removal_of_a_stored_message_is_recorded_whatever_the_batches(
+    tmp_path: Path, cuts: list[bool]
+) -> None:
+    """``removals``: a row per deletion that removed a stored message, with the
+    winning seq it removed, also when the message was seen and deleted within
+    one batch; a deletion of nothing stored makes none."""
+    root = tmp_path / "store"
+    check_incremental_equals_replay(root, _REMOVED, cuts)
+    con = duckdb.connect(str(root / "projections.duckdb"), read_only=True)
+    try:
+        assert rows(con, "removals") == [(1, 3), (5, 7), (6, 9)]
+        assert con.execute("SELECT message_id, seq FROM messages").fetchall() == [("m0@pool", 8)]
+    finally:
+        con.close()
+
+
 def test_compact_merges_the_deltas_into_the_bases(tmp_path: Path) -> None:
     """What the folds appended moves into the bases (and their filters) at
     ``compact`` (a rebuild); later folds still find the rows, as a replay does."""
