@@ -265,6 +265,7 @@ def bodies_fast(data: list[Any]) -> list[tuple[int, bytes, bytes | None]] | None
     if answers is None:
         return None
     out: list[tuple[int, bytes, bytes | None]] = []
+    uids: set[int] = set()
     for items, body in answers:
         uid: int | None = None
         date: bytes | None = None
@@ -273,8 +274,9 @@ def bodies_fast(data: list[Any]) -> list[tuple[int, bytes, bytes | None]] | None
                 uid = int(im[1])
             else:
                 date = im[2]
-        if uid is None:
-            return None
+        if uid is None or uid in uids:
+            return None  # (a message answered twice: the parser merges its items)
+        uids.add(uid)
         out.append((uid, body, date))
     return out
 
@@ -303,8 +305,8 @@ def envelopes_fast(data: list[Any]) -> dict[int, Envelope] | None:
                 when = _internaldate(im[2])
                 if when is None:
                     return None  # (an INTERNALDATE that does not read: the parser says why)
-        if uid is None:
-            return None
+        if uid is None or uid in out:
+            return None  # (a message answered twice: the parser merges its items)
         mid = normalize_msgid(_header_text(header).partition(":")[2]) if header else None
         out[uid] = Envelope(uid, size, mid, when)
     return out
