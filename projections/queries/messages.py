@@ -33,6 +33,7 @@ __all__ = [
     "run_sql",
     "stored_ids",
     "stored_shas",
+    "thread_nodes_of",
     "thread_of",
     "thread_of_id",
 ]  # fmt: skip
@@ -295,15 +296,21 @@ def _thread_part(con: duckdb.DuckDBPyConnection, msg_id: str) -> tuple[str, str]
     raise NotFoundError(f"no message {msg_id!r} in the store")
 
 
+def thread_nodes_of(con: duckdb.DuckDBPyConnection, msg_id: str) -> list[str]:
+    """The ids of every node of ``msg_id``'s thread, ghosts included (through the
+    index on ``thread_nodes.thread_id``: a read of the thread, not of the graph);
+    NotFoundError when the store does not hold ``msg_id``."""
+    thread_id, part = _thread_part(con, msg_id)
+    members = rows_where_in(con, part, "thread_id", [thread_id], "message_id")
+    return [str(m) for m in members.column("message_id").to_pylist()]
+
+
 def thread_of(con: duckdb.DuckDBPyConnection, msg_id: str) -> list[str]:
     """Every stored message of ``msg_id``'s thread (its connected component of the
     reply graph, ghosts included), oldest first, undated last."""
-    thread_id, part = _thread_part(con, msg_id)
-    members = rows_where_in(con, part, "thread_id", [thread_id], "message_id")
     dated = rows_where_in(
-        con, "messages", "message_id", members.column("message_id").to_pylist(),
-        "message_id, date_iso",
-    ).to_pylist()  # fmt: skip
+        con, "messages", "message_id", thread_nodes_of(con, msg_id), "message_id, date_iso"
+    ).to_pylist()
     # oldest first, undated last; ties by id (code point order, as DuckDB sorts)
     dated.sort(key=lambda r: (r["date_iso"] is None, r["date_iso"] or "", r["message_id"]))
     return [r["message_id"] for r in dated]
