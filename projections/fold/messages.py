@@ -63,7 +63,9 @@ NONE_EXISTING = "SELECT NULL::VARCHAR WHERE false"
 # each ended by one of its deletions; a run's first sighting (or, in the first
 # run, the row already stored: ``{{existing}}``, SQL of its seq and id) was the
 # stored message when its deletion came. Folding the events one at a time gives
-# these rows, so any batching does, and so does a replay: one batch of all.
+# these rows, so any batching does, and so does a replay: one batch of all. (Run
+# after ``DECIDE``: its ``last_del`` names the deleted ids, without another scan of
+# the batch, which in a replay is the whole log.)
 REMOVALS = f"""
 INSERT INTO removals
 SELECT seq, deleted_seq FROM (
@@ -75,7 +77,7 @@ SELECT seq, deleted_seq FROM (
         FROM (
             SELECT seq, type = '{DELETED}' AS is_del, message_id FROM _batch
             WHERE type IN ('{SEEN}', '{DELETED}') AND message_id IN (
-                SELECT message_id FROM _batch WHERE type = '{DELETED}')
+                SELECT message_id FROM _decide WHERE last_del IS NOT NULL)
             {{existing}}
         )
     )
