@@ -529,3 +529,41 @@ def test_ids_told_held_with_their_owner_are_not_asked_again(
         c = ingest.counts
         assert c.balanced and (c.new_messages, c.conflicts_other_source) == (1, 1)
         assert st.verify() == []
+
+
+def test_prepare_asks_the_kernel_to_read_a_chunks_files_before_reading_the_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a maildir not in the page cache: each read waits for the disk unless the
+    # kernel was asked for the whole chunk first (a cold 100,000-message import
+    # 54 -> 39 s); a path that cannot be opened is still the read's error
+    import builtins
+
+    blobs = stores.blobs.BlobStore(tmp_path / "blobs")
+    blobs.create()
+    paths = []
+    for i in range(3):
+        _put(tmp_path / "md" / f"{i}:2,", _msg(f"m{i}@x", f"s{i}"))
+        paths.append(str(tmp_path / "md" / f"{i}:2,"))
+    asked: list[tuple[int, int]] = []
+    asked_at_first_read: list[int] = []
+    real_advise, real_open = os.posix_fadvise, builtins.open
+
+    def advise(fd: int, offset: int, length: int, advice: int) -> None:
+        asked.append((os.fstat(fd).st_ino, advice))
+        real_advise(fd, offset, length, advice)
+
+    def opened(file: Any, *a: Any, **k: Any) -> Any:
+        if str(file) in paths and not asked_at_first_read:
+            asked_at_first_read.append(len(asked))
+        return real_open(file, *a, **k)
+
+    monkeypatch.setattr(os, "posix_fadvise", advise)
+    monkeypatch.setattr(builtins, "open", opened)
+    out = prepare([*paths, str(tmp_path / "nowhere")], str(blobs.root))
+    assert [ino for ino, _ in asked] == [os.stat(p).st_ino for p in paths]
+    assert {advice for _, advice in asked} == {os.POSIX_FADV_WILLNEED}
+    assert asked_at_first_read == [3]  # the whole chunk asked for before the first read
+    assert [r.parsed.message_id if r.parsed else (r.error or "")[:10] for r in out] == [
+        "m0@x", "m1@x", "m2@x", "unreadable"
+    ]  # fmt: skip
