@@ -567,3 +567,40 @@ def test_prepare_asks_the_kernel_to_read_a_chunks_files_before_reading_the_first
     assert [r.parsed.message_id if r.parsed else (r.error or "")[:10] for r in out] == [
         "m0@x", "m1@x", "m2@x", "unreadable"
     ]  # fmt: skip
+
+
+def test_an_import_spaces_out_the_cyclic_collector_and_puts_it_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a full collection walks the run's whole record (a set entry per message):
+    # at the default thresholds they came so often that 1,000,000 messages spent
+    # 27 s in them; the caller's thresholds are back after the run, failed or not
+    import gc
+
+    from pipeline import importing
+
+    root = tmp_path / "md"
+    for i in range(3):
+        _put(root / "cur" / f"{i}:2,", _msg(f"m{i}@x", f"s{i}"))
+    seen: list[tuple[int, int, int]] = []
+    real_offer = Ingest.offer
+
+    def offer(self: Ingest, item: Incoming) -> None:
+        seen.append(gc.get_threshold())
+        real_offer(self, item)
+
+    monkeypatch.setattr(Ingest, "offer", offer)
+    before = gc.get_threshold()
+    assert before != importing._GC_THRESHOLDS
+    with _open(tmp_path / "store") as st:
+        import_maildir(st, root, workers=0)
+        assert seen == [importing._GC_THRESHOLDS] * 3
+        assert gc.get_threshold() == before
+
+        def failing(self: Ingest, item: Incoming) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(Ingest, "offer", failing)
+        with pytest.raises(OSError):
+            import_maildir(st, root, workers=0)
+        assert gc.get_threshold() == before
