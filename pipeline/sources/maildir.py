@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import re
+import stat
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -136,10 +137,15 @@ def _maildir_files(root: Path, not_mail: NotMail | None) -> Iterator[tuple[str, 
             size = -1
             if why is None:
                 with contextlib.suppress(OSError):
-                    size = os.stat(path).st_size
-                if size == 0 and not delivered:
+                    st = os.stat(path)
+                    size = st.st_size
+                    # (a pipe would hold its reader forever, a device such as
+                    # /dev/zero never end: neither is a message)
+                    why = None if stat.S_ISREG(st.st_mode) else "not a regular file"
+            if why is None and not delivered:
+                if size == 0:
                     why = "empty file"
-                elif size > 0 and not delivered:
+                elif size > 0:
                     with contextlib.suppress(OSError), open(path, "rb") as fh:
                         why = not_mail_content(fh.read(_HEAD))
             if why is not None:

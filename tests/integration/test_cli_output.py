@@ -380,6 +380,28 @@ def test_import_maildir_of_a_tree_that_is_not_a_maildir_is_a_usage_error(
     assert out == "" and not store.exists()  # refused before anything was made
 
 
+def test_a_pipe_or_a_device_among_the_messages_is_named_not_read(tmp_path: Path) -> None:
+    # a FIFO in cur/ held the worker that opened it forever (no writer ever comes),
+    # and /dev/zero never ends; each is named as not mail and the import goes on
+    # (in its own process, with a deadline: the failure this guards is a hang)
+    src = _maildir(tmp_path / "Maildir")
+    _put(src / "cur" / "1.M1P1.h:2,S", b"From: a@x\nMessage-ID: <ok@x>\n\nhello\n")
+    os.mkfifo(src / "cur" / "2.M2P1.h:2,S")
+    (src / "new" / "3.M3P1.h").symlink_to("/dev/zero")
+    done = subprocess.run(
+        [*MAILLEDGER, "--store", str(tmp_path / "store"), "import",
+         "maildir", str(src), "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    counts = json.loads(done.stdout)
+    assert {f["path"]: f["reason"] for f in counts["not_mail_files"]} == {
+        str(src / "cur" / "2.M2P1.h:2,S"): "not a regular file",
+        str(src / "new" / "3.M3P1.h"): "not a regular file",
+    }
+    assert (counts["uids_seen"], counts["new_messages"], counts["errors"]) == (1, 1, 0)
+
+
 def test_files_that_are_not_mail_are_named_counted_and_listed_never_stored(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
