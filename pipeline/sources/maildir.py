@@ -39,6 +39,8 @@ log = logging.getLogger("mailledger.import")
 #   (``dovecot*``, ``courier*``, ``maildirfolder``, ``subscriptions``, ``*.lock``,
 #   ``*.tmp``), hidden files (``.DS_Store``, ``.mbsyncstate``, ``.keep``) and the
 #   thumbnail and folder files of desktops (``Thumbs.db``, ``desktop.ini``);
+# - wherever it is: a file that is not a regular file, once symlinks are followed
+#   (a FIFO would hold its reader forever, a device such as /dev/zero never end);
 # - outside ``cur/`` and ``new/`` only: empty files, and binary files (a NUL byte
 #   in the first 4 KiB and no header line at the start: a picture, a database
 #   left in the tree).
