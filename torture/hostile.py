@@ -714,13 +714,18 @@ def _check_import(store: Any, root: Path, msgs: Sequence[Generated], figs: Figur
         parsed = parse_message(g.raw) if g.loop else None
         if parsed is not None and parsed.references:  # (a member whose header broke stands alone)
             groups.setdefault(str(g.loop), []).append(parsed.message_id)
+    # each group's stored members once (a get() per member per member was quadratic in
+    # the group, and each get() decodes the headers of a whole log file); get() only for
+    # an id the store does not spell the same way
+    stored_ids = set(ids)
     for members in groups.values():
+        present = {m for m in members if m in stored_ids or store.get(m) is not None}
         for mid in members:
-            if store.get(mid) is None:
+            if mid not in present:
                 continue
             walked = set(store.walk_thread(mid))
             figs.loops += 1
-            if not {m for m in members if store.get(m)} <= walked:
+            if not present <= walked:
                 problems.append(f"walk_thread <{mid}> misses members of its loop")
     problems += [f"verify: {p}" for p in store.verify()]
     return problems
