@@ -147,6 +147,7 @@ def _rows(sync_messages: int) -> list[Row]:
         Row("sync_rss_ratio", "sync into store/empty RSS", "ratio", "", ("<=", 1.2)),
         Row("sync_one_wall_s", "sync 1 new message wall s", "s", shown="0.5 s+server"),
         Row("sync_one_rss_mib", "sync 1 new message RSS MiB", "MiB", "call", ("<=", 200.0)),
+        Row("sync_one_anon_mib", "  of it not file pages MiB", "MiB", "call"),
         Row("sync_idle_wall_s", "idle sync wall s", "s", "call", ("<=", 0.35)),
     ]
 
@@ -463,13 +464,15 @@ def _sync_figures(m: Size, dv: Dovecot, store: Path, work: Path, k: int) -> None
     m.put("sync_rss_ratio", first_into["rss_mib"] / first_empty["rss_mib"])
     m.put("sync_one_wall_s", one["wall_s"])
     m.put("sync_one_rss_mib", one["rss_mib"])
+    m.put("sync_one_anon_mib", one["anon_mib"])
     m.put("sync_idle_wall_s", statistics.median(r["wall_s"] for r in idles))
     m.say(
         f"sync of {seeded} messages ({mailbox / 1e6:.0f} MB): into empty"
         f" {first_empty['wall_s']:.2f} s {first_empty['rss_mib']:.0f} MiB"
         f" ({first_empty['bodies']:.0f} bodies); into the store {first_into['wall_s']:.2f} s"
         f" {first_into['rss_mib']:.0f} MiB ({first_into['bodies']:.0f} bodies); one new"
-        f" {one['wall_s']:.2f} s {one['rss_mib']:.0f} MiB ({one['bodies']:.0f} body); idle"
+        f" {one['wall_s']:.2f} s {one['rss_mib']:.0f} MiB, {one['anon_mib']:.0f} MiB of it not"
+        f" file pages ({one['bodies']:.0f} body); idle"
         f" {_joined((r['wall_s'] for r in idles), '.2f')} s; exits"
         f" {sorted({int(r['exit']) for r in runs})}"
     )
