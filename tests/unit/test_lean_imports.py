@@ -1,6 +1,7 @@
 """What every sync and import loads: the full-text extraction without the search
 language, and the cursor snapshot's note of the folders a fold touched without
-Arrow's query engine; and that note is the same as a group-by's."""
+Arrow's query engine; and that note is the same as a group-by's. pyarrow's Parquet
+module without its remote filesystems, the log still written and read."""
 
 from __future__ import annotations
 
@@ -34,6 +35,34 @@ def test_the_text_extraction_and_a_fold_watch_load_no_search_grammar_nor_acero()
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_log_writes_and_reads_parquet_without_pyarrows_remote_filesystems() -> None:
+    probe = (
+        "import sys, tempfile, pathlib\n"
+        "from datetime import UTC, datetime\n"
+        "from stores.events import MessageSeen\n"
+        "from stores.log import EventLog\n"
+        "import pyarrow.fs\n"
+        "log = EventLog(pathlib.Path(tempfile.mkdtemp()) / 'log', durable=False)\n"
+        "log.append([MessageSeen(run_id='r', recorded_at=datetime.now(UTC), source='s',\n"
+        "    folder='f', message_id='a@x', sha256='0' * 64, size=1, uidl='1',\n"
+        "    headers=(('Subject', 'x'),))])\n"
+        "assert log.read().column('message_id').to_pylist() == ['a@x']\n"
+        "try:\n"
+        "    pyarrow.fs.S3FileSystem\n"
+        "except ImportError:\n"
+        "    pass\n"
+        "else:\n"
+        "    raise AssertionError('S3FileSystem is there')\n"
+        "print(sorted(m for m in sys.modules if m in ('pyarrow._s3fs', 'pyarrow._gcsfs',\n"
+        "    'pyarrow._azurefs', 'pyarrow._hdfs') and sys.modules[m] is not None))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
 
