@@ -66,6 +66,7 @@ class MessageStore:
         self.log = EventLog(self.root / "log")
         self.blobs = BlobStore(self.root / "blobs")
         self.projector = Projector(self.root, self.log, self.blobs)
+        self.epoch: int | None = None  # the writer epoch taken (``take_epoch``), if any
 
     # -- lifecycle ------------------------------------------------------------
     @classmethod
@@ -127,9 +128,18 @@ class MessageStore:
         folds many batches at once); readers catch up by themselves meanwhile.
         """
         with self.projector.hold():
-            table = self.log.append(events, before_commit=self.blobs.flush)
+            table = self.log.append(
+                events, before_commit=self.blobs.flush, epoch=self.epoch, compare_cursors=True
+            )
             self.projector.committed(table, fold=apply)
             return table
+
+    def take_epoch(self, holder: str) -> int:
+        """Make this store object the store's one committer (``stores.fence``): its
+        commits carry the new writer epoch, and any committer that took an earlier
+        one is refused from now on (StaleEpochError), whatever a scheduler thinks."""
+        self.epoch = self.log.take_epoch(holder)
+        return self.epoch
 
     def catch_up(self) -> int:
         """Fold every committed event the projections have not seen; returns their seq."""

@@ -5,11 +5,14 @@ from __future__ import annotations
 __all__ = [
     "BlobIntegrityError",
     "ConfigError",
+    "CursorMovedError",
+    "FencedError",
     "LockTimeout",
     "LogIntegrityError",
     "MailledgerError",
     "NotFoundError",
     "SourceError",
+    "StaleEpochError",
     "TerminalSourceError",
     "TransientSourceError",
     "UsageError",
@@ -42,6 +45,20 @@ class BlobIntegrityError(MailledgerError):
 
 class LockTimeout(MailledgerError):
     """Another process held the writer lock or the projection database for too long."""
+
+
+class FencedError(MailledgerError):
+    """The store refused a commit (``stores.fence``): its batch is discarded, nothing
+    of it is in the log."""
+
+
+class StaleEpochError(FencedError):
+    """A committer whose writer epoch another committer has since taken."""
+
+
+class CursorMovedError(FencedError):
+    """A batch whose cursor events start from a position the folder's cursor has
+    left: another commit moved it meanwhile (a task run twice commits once)."""
 
 
 class SourceError(MailledgerError):

@@ -23,7 +23,7 @@ from pipeline.sync.fetch import WORKER_FETCH_MIN, BodyFetch, gone, incoming_at
 from pipeline.sync.plan import Plan, highest_uid, plan_folder, present_locations
 from pipeline.sync.reassigned import check_reassigned, held_sample
 from pipeline.sync.sources import Envelope, FolderState, ImapSource, not_on_server, vanished_events
-from stores.errors import SourceError
+from stores.errors import CursorMovedError, SourceError
 from stores.events import Event, LocationVanished
 
 __all__ = ["FolderSync"]
@@ -86,7 +86,9 @@ class FolderSync:
                 self.report.folder_errors += 1
                 return fr
             self._take(folder, state, plan, fr, cursor)
-        except SourceError as exc:
+        except (SourceError, CursorMovedError) as exc:
+            # (a cursor another commit moved meanwhile: this folder's batch is
+            # discarded, the next run plans from where the cursor stands)
             fr.error = str(exc)
             self.report.folder_errors += 1
         return fr

@@ -23,6 +23,7 @@ first time it is met and whenever its size, mtime or inode change
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -39,9 +40,11 @@ from stores.atomic import fsync_dir
 from stores.digest import table_digest
 from stores.errors import LockTimeout, LogIntegrityError
 from stores.events import SCHEMA, SCHEMA_VERSION, Event, batch_of, events_to_table
+from stores.fence import Fence
 from stores.log.checks import CheckedCache, check_file, checked_rows
 from stores.log.files import (
     DIGEST_KEY,
+    EPOCH_KEY,
     FIRST_KEY,
     LAST_KEY,
     VERSION_KEY,
@@ -79,6 +82,8 @@ class EventLog:
         self._lock_owner: int | None = None
         self._dir = LogDirectory(self.root)
         self._checked = CheckedCache(self.root)
+        # the commit protocol's writer epoch and cursors (beside the log: STORE/fence)
+        self.fence = Fence(self.root.parent / "fence", durable=durable)
 
     # -- layout -------------------------------------------------------------
     def create(self) -> None:
@@ -131,14 +136,31 @@ class EventLog:
         finally:
             os.close(fd)  # closing releases the flock
 
+    def take_epoch(self, holder: str) -> int:
+        """Become the store's one committer: bump its writer epoch (``stores.fence``)
+        and return it, to pass to every ``append``. A committer that took an
+        earlier epoch is refused from then on."""
+        with self.lock():
+            return self.fence.take(holder)
+
     # -- writing ------------------------------------------------------------
     def append(
-        self, events: Sequence[Event], *, before_commit: Callable[[], object] | None = None
+        self,
+        events: Sequence[Event],
+        *,
+        before_commit: Callable[[], object] | None = None,
+        epoch: int | None = None,
+        compare_cursors: bool = False,
     ) -> pa.Table:
         """Commit ``events`` as one atomic batch; returns the committed rows (with seq).
 
         ``before_commit`` (a callable) runs under the lock just before the file
         becomes visible; the store uses it to make the batch's blobs durable.
+        ``epoch``: the writer epoch this committer took (``take_epoch``): a stale
+        one is refused (StaleEpochError). ``compare_cursors``: a batch whose cursor
+        events start from a cursor that has moved is refused too (CursorMovedError;
+        off for a test or a tool writing a log of any events). Either way nothing
+        of the batch is written (``stores.fence``).
         """
         events = batch_of(events)  # an event read back from the log is never appended again
         if not events:
@@ -156,11 +178,19 @@ class EventLog:
             # a crashed compaction's leftovers double-count in a glob
             self._remove_covered(listing.every, files)
             first = (files[-1].last if files else 0) + 1
+            # the fence first: a refused batch writes nothing, not even its blobs
+            stamp = self.fence.check_epoch(epoch, len(events))
+            cursors = None
+            if compare_cursors:
+                cursors = self.fence.check_cursors(
+                    events, first - 1, lambda seq, cols: read_after(files, seq, cols)
+                )
             table = events_to_table(events, first_seq=first)
             if before_commit is not None:
                 before_commit()
             last = first + len(events) - 1
-            self._write(table, first, last, [f.name for f in files])
+            self._write(table, first, last, [f.name for f in files], epoch=stamp)
+            self.fence.committed(cursors, last)
             self._remember(file_name(first, last), table)
             self._merge_small([*files, LogFile(first, last, self.root, file_name(first, last))])
         return table
@@ -215,16 +245,28 @@ class EventLog:
         return merged
 
     def _write(
-        self, table: pa.Table, first: int, last: int, present: Sequence[str] | None = None
+        self,
+        table: pa.Table,
+        first: int,
+        last: int,
+        present: Sequence[str] | None = None,
+        *,
+        epoch: int | None = None,
+        replace: bool = False,
     ) -> Path:
         """Write ``table`` as the file of seqs ``first``..``last``. ``present``: the
-        other log files as the caller listed them under the lock (None: list them)."""
+        other log files as the caller listed them under the lock (None: list them).
+        ``epoch``: the writer epoch stamped on it (None: the store's). The file is
+        created only if absent, unless ``replace`` (a purge's rewrite of its rows)."""
         self._recent.pop(file_name(first, last), None)  # (a rewrite: other rows now)
+        if epoch is None:
+            epoch = self.fence.current().epoch
         meta = {
             DIGEST_KEY: table_digest(table).encode(),
             FIRST_KEY: str(first).encode(),
             LAST_KEY: str(last).encode(),
             VERSION_KEY: str(SCHEMA_VERSION).encode(),
+            EPOCH_KEY: str(epoch).encode(),
         }
         table = table.replace_schema_metadata({**(SCHEMA.metadata or {}), **meta})
         final = self.root / file_name(first, last)
@@ -244,7 +286,10 @@ class EventLog:
             if isinstance(exc, OSError):
                 raise OSError(exc.errno, f"cannot write the log: {exc.strerror}", str(tmp)) from exc
             raise
-        os.replace(tmp, final)
+        if replace:
+            os.replace(tmp, final)
+        else:
+            _create_only(tmp, final)
         if self.durable:
             fsync_dir(self.root)
         self._note_checked([final], present)
@@ -441,4 +486,28 @@ class EventLog:
             range(f.first, f.last + 1)
         ):
             raise LogIntegrityError(f"{f.path}: a rewrite must keep every event and its seq")
-        self._write(table.cast(SCHEMA).replace_schema_metadata(None), f.first, f.last)
+        self._write(table.cast(SCHEMA).replace_schema_metadata(None), f.first, f.last, replace=True)
+
+
+def _create_only(tmp: Path, final: Path) -> None:
+    """Give ``tmp`` the name ``final`` only if no file has it: a log file is never
+    replaced by a commit (a hard link fails on an existing name). On a file system
+    without hard links, a rename after a look (the lock is then the only guard)."""
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        tmp.unlink(missing_ok=True)
+        raise LogIntegrityError(
+            f"{final}: exists already; a commit never replaces a log file"
+            " (another writer committed these seqs)"
+        ) from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            tmp.unlink(missing_ok=True)
+            raise
+        if final.exists():
+            tmp.unlink(missing_ok=True)
+            raise LogIntegrityError(f"{final}: exists already") from None
+        os.replace(tmp, final)
+        return
+    tmp.unlink()

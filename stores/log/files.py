@@ -13,6 +13,7 @@ from stores.errors import LogIntegrityError
 
 __all__ = [
     "DIGEST_KEY",
+    "EPOCH_KEY",
     "FIRST_KEY",
     "LAST_KEY",
     "VERSION_KEY",
@@ -29,6 +30,7 @@ DIGEST_KEY = b"mailledger.digest"
 FIRST_KEY = b"mailledger.first_seq"
 LAST_KEY = b"mailledger.last_seq"
 VERSION_KEY = b"mailledger.schema_version"
+EPOCH_KEY = b"mailledger.epoch"  # the writer epoch of the committer (stores.fence)
 # how long after its last change a directory's listing may be kept (see ``listed``)
 _SETTLED_NS = 2_000_000_000
 

@@ -239,6 +239,12 @@ def materialize(ops: Sequence[tuple[Any, ...]]) -> list[Event]:
             events.append(deleted(op[1], at=at))
         elif kind == "moved":
             _, folder, uv, to, mode = op
+            if uidv.get(folder, uv) != uv:
+                # a sync records a UIDVALIDITY change before it moves the cursor under
+                # the new one: the commit's cursor compare-and-set (stores.fence)
+                # refuses a move that starts from a cursor of another UIDVALIDITY
+                events.append(uidv_changed(folder, uidv[folder], uv, at=at))
+                cursor[folder] = None
             events.append(moved(folder, uv, cursor.get(folder), to, at=at, mode=mode))
             cursor[folder], uidv[folder] = to, uv
         elif kind == "uidv":
