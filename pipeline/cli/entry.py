@@ -10,7 +10,16 @@ import textwrap
 from collections.abc import Mapping, Sequence
 
 from pipeline.bootstrap import App
-from pipeline.cli import admin, dispatching, docs, output, reading, searching, syncing
+from pipeline.cli import (
+    admin,
+    clustering,
+    dispatching,
+    docs,
+    output,
+    reading,
+    searching,
+    syncing,
+)
 from pipeline.cli.common import resolve_store
 from pipeline.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from pipeline.cli.parsing import Parser, Version, global_options
@@ -36,6 +45,7 @@ _COMMANDS = (
     syncing.add_sync,
     dispatching.add_dispatch,
     reading.add_cursor,
+    clustering.add_cluster,
     docs.add_completion,
     docs.add_man,
 )
