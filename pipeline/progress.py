@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, TextIO, TypeVar
 
+from pipeline.terminal import terminal_text
+
 __all__ = [
     "NO_PROGRESS", "NoProgress", "Progress", "TerminalProgress", "counted", "progress_for",
 ]  # fmt: skip
@@ -198,7 +200,7 @@ class TerminalProgress:
         self._bar = _bar_class()(
             total=total,
             initial=self._n,
-            desc=label,
+            desc=terminal_text(label),  # (a folder's name, a file's: mail's text)
             file=stream,
             leave=False,
             # every advance may redraw, at most every 0.5 s: a chunk of a slow

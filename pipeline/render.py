@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from email.message import EmailMessage, Message
 from html.parser import HTMLParser
 
+from pipeline.terminal import terminal_text
+
 __all__ = ["Attachment", "MessageText", "html_to_text", "message_text", "render_text"]
 
 # the headers ``show`` prints, in this order (each occurrence: To may repeat)
@@ -156,33 +158,28 @@ def _size(n: int) -> str:
     return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
 
 
-# C0 and C1 controls but tab and newline: a terminal would obey them (an escape
-# sequence in a Subject could retitle the window or hide text)
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def _printable(text: str) -> str:
-    return _CONTROLS.sub("\ufffd", text)
-
-
 def render_text(headers: Sequence[tuple[str, str]], raw: bytes) -> str:
     """The message as ``show`` prints it: the decoded From, To, Cc, Date, Subject and
     Message-ID headers (``headers``: name, decoded value, as the log records
-    them), the attachments, a blank line, and the text body."""
+    them), the attachments, a blank line, and the text body. Safe for a terminal
+    (``pipeline.terminal``): a control or format character from the message is
+    shown, never obeyed; only the body keeps its newlines (a header or a file name
+    holding one cannot make a line of its own)."""
     wanted = {h.lower(): h for h in SHOWN_HEADERS}
     lines = [
-        f"{wanted[name.lower()]}: {value}"
+        f"{wanted[name.lower()]}: {terminal_text(value, tabs=True)}"
         for want in SHOWN_HEADERS
         for name, value in headers
         if name.lower() == want.lower()
     ]
     text = message_text(raw)
     for a in text.attachments:
-        lines.append(f"Attachment: {a.filename or '(no name)'} ({a.content_type}, {_size(a.size)})")
+        name = terminal_text(a.filename or "(no name)", tabs=True)
+        lines.append(f"Attachment: {name} ({terminal_text(a.content_type)}, {_size(a.size)})")
     if text.body_type == "text/html":
         lines.append("(the message has HTML only: shown reduced to text)")
     elif not text.body_type:
         lines.append("(the message has no text part)")
     lines.append("")
-    lines.append(text.body)
-    return _printable("\n".join(lines).rstrip("\n")) + "\n"
+    lines.append(terminal_text(text.body, newlines=True, tabs=True))
+    return "\n".join(lines).rstrip("\n") + "\n"

@@ -14,6 +14,8 @@ import logging
 import sys
 from typing import Any
 
+from pipeline.terminal import terminal_text
+
 __all__ = ["LogSetup", "level", "progress_wanted"]
 
 
@@ -30,11 +32,21 @@ def progress_wanted(stream: Any = None) -> bool:
     return bool(isatty and isatty()) and level() <= logging.WARNING
 
 
+class _TerminalFormatter(logging.Formatter):
+    """A log line as the terminal may show it: a folder, a file name or a header
+    quoted in a message is mail's text, passed through ``terminal_text`` (lines
+    and tabs kept: a traceback has them)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal_text(super().format(record), newlines=True, tabs=True)
+
+
 class LogSetup:
     """Logging to stderr at ``level``: the ``mailledger`` logger at that level, the
     ``imapclient`` logger (the IMAP conversation; imapclient masks the LOGIN and
     AUTHENTICATE lines itself) at DEBUG only under ``--debug``, every other library
-    at WARNING (ERROR under ``-q``). ``undo()`` removes the handler and puts the
+    at WARNING (ERROR under ``-q``), every line safe for a terminal
+    (``pipeline.terminal``). ``undo()`` removes the handler and puts the
     levels back, so the CLI's ``main()`` can run again in the same process."""
 
     def __init__(self, level: int) -> None:
@@ -42,7 +54,7 @@ class LogSetup:
         if level <= logging.DEBUG:
             fmt = "%(asctime)s %(process)d %(name)s %(levelname)s: %(message)s"
         self.handler = logging.StreamHandler(sys.stderr)
-        self.handler.setFormatter(logging.Formatter(fmt))
+        self.handler.setFormatter(_TerminalFormatter(fmt))
         self.levels = {
             "": max(level, logging.WARNING),
             "mailledger": level,

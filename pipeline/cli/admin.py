@@ -53,7 +53,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.json:
         output.print_json(counts.as_dict())
     else:
-        print(
+        output.echo(
             f"import {args.kind} {args.path}: seen={counts.uids_seen} new={counts.new_messages}"
             f" duplicates={counts.duplicates} other_source={counts.conflicts_other_source}"
             f" bodies={counts.bodies_fetched} known={counts.known_skipped}"
@@ -61,9 +61,9 @@ def cmd_import(args: argparse.Namespace) -> int:
             + (f" not_mail={counts.not_mail}" if args.kind == "maildir" else "")
         )
         for line in counts.error_details:
-            print(f"error: {line}", file=sys.stderr)
+            output.echo(f"error: {line}", file=sys.stderr)
     if not counts.balanced:
-        print("error: run counts do not balance", file=sys.stderr)
+        output.echo("error: run counts do not balance", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_ERROR if counts.errors else EXIT_OK
 
@@ -83,7 +83,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.json:
         output.print_json(msg)
     else:
-        print(f"replayed {last} events in {took:.2f}s into {store.projector.db_path}")
+        output.echo(f"replayed {last} events in {took:.2f}s into {store.projector.db_path}")
     return EXIT_OK
 
 
@@ -91,7 +91,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         if not store.delete(args.id, reason=args.reason, actor=args.actor):
             raise NotFoundError(f"no message {args.id!r} in the store")
-    print(f"deleted {args.id}")
+    output.echo(f"deleted {args.id}")
     return EXIT_OK
 
 
@@ -107,9 +107,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         output.print_json({"ok": not problems, "events": events, "problems": problems})
     elif problems:
         for p in problems:
-            print(f"problem: {p}")
+            output.echo(f"problem: {p}")
     else:
-        print(f"ok: {events} events, log intact, projections equal a fresh replay")
+        output.echo(f"ok: {events} events, log intact, projections equal a fresh replay")
     return EXIT_ERROR if problems else EXIT_OK
 
 
@@ -120,9 +120,9 @@ def cmd_compact(args: argparse.Namespace) -> int:
     if args.json:
         output.print_json({"files_before": before, "files_after": after, "purge": purged})
         return EXIT_OK
-    print(f"compacted the log: {before} files -> {after}")
+    output.echo(f"compacted the log: {before} files -> {after}")
     if purged is not None:
-        print(
+        output.echo(
             f"purged: messages={purged['messages']} events_rewritten={purged['events_rewritten']}"
             f" files_rewritten={purged['files_rewritten']} blobs_erased={purged['blobs_erased']}"
             + (" (finished an interrupted purge)" if purged["resumed"] else "")

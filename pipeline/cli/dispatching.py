@@ -53,15 +53,21 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
     dcfg = parse_dispatch(config.dispatch, config.path, env)
     store_path = args.store or config.store_path or default_store_path(env)
     with args.app.open_store(store_path) as store:
-        report = dispatch(store, dcfg, dry_run=args.dry_run, consumer=args.consumer)
+        report = dispatch(
+            store,
+            dcfg,
+            dry_run=args.dry_run,
+            consumer=args.consumer,
+            on_error=lambda text: output.echo(text, file=sys.stderr, newlines=True),
+        )
     code = exit_code(report)
     out = sys.stderr if args.json else sys.stdout
     for line in report_lines(report):
-        print(line, file=out)
+        output.echo(line, file=out)
     given = sum(len(h.given) for h in report.handlers.values())
     finished = sum(len(h.finished) for h in report.handlers.values())
     failed = sum(1 for h in report.handlers.values() if h.error)
-    print(
+    output.echo(
         f"{'dry-run' if args.dry_run else 'dispatch'} run={report.run_id}"
         f" handlers={len(report.handlers)} given={given} finished={finished}"
         f" unrouted={len(report.unrouted)} failed={failed} exit={code}",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from pipeline.cli import output
 from pipeline.cli.common import version
 from pipeline.cli.exits import EXIT_OK
 from pipeline.cli.parsing import GLOBAL_OPTIONS, add_command
@@ -25,7 +26,7 @@ def cmd_completion(args: argparse.Namespace) -> int:
                 action.complete = getattr(shtab, kind)  # type: ignore[attr-defined]
             if isinstance(action, argparse._SubParsersAction):
                 todo.extend(action.choices.values())
-    print(shtab.complete(parser, shell=args.shell), end="")
+    output.write_exact(shtab.complete(parser, shell=args.shell))
     return EXIT_OK
 
 
@@ -42,7 +43,7 @@ def cmd_man(args: argparse.Namespace) -> int:
     page.source = f"mailledger {version()}"
     page.manual = "mailledger manual"
     page.description = "keep mail safe and findable: an event log of every message seen"
-    print(page, end="")
+    output.write_exact(str(page))
     return EXIT_OK
 
 

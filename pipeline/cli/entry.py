@@ -100,13 +100,13 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         sys.stdout.flush()  # (here, where a reader gone is caught, not at exit)
         return code
     except (UsageError, ConfigError) as exc:
-        print(f"mailledger: {exc}", file=sys.stderr)
+        output.echo(f"mailledger: {exc}", file=sys.stderr, newlines=True)
         return EXIT_USAGE
     except NotFoundError as exc:
-        print(f"mailledger: {exc}", file=sys.stderr)
+        output.echo(f"mailledger: {exc}", file=sys.stderr, newlines=True)
         return EXIT_ERROR
     except MailledgerError as exc:  # LogIntegrityError, LockTimeout, SourceError...
-        print(f"mailledger: error: {exc}", file=sys.stderr)
+        output.echo(f"mailledger: error: {exc}", file=sys.stderr, newlines=True)
         return EXIT_ERROR
     except OSError as exc:  # a full disk, a read-only store: say which file, no traceback
         if isinstance(exc, BrokenPipeError) and output.stdout_closed():
@@ -116,10 +116,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             output.silence(sys.stdout)
             return EXIT_OK
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"mailledger: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        output.echo(f"mailledger: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        print("mailledger: interrupted", file=sys.stderr)
+        output.echo("mailledger: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:
         import duckdb
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         if not isinstance(exc, duckdb.Error):
             raise
         # the projection database failed (a full disk, say); the log is not affected
-        print(f"mailledger: error: {exc}", file=sys.stderr)
+        output.echo(f"mailledger: error: {exc}", file=sys.stderr, newlines=True)
         return EXIT_ERROR
     finally:
         if logs is not None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pipeline.cli.common import version
+from pipeline.cli.output import echo
 from stores.errors import UsageError
 
 __all__ = ["GLOBAL_OPTIONS", "Command", "Parser", "Version", "add_command", "global_options"]
@@ -28,7 +29,7 @@ class Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
-        print(f"mailledger {version()}")
+        echo(f"mailledger {version()}")
         parser.exit()
 
 

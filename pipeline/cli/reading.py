@@ -35,7 +35,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     with open_store(args) as store:
         if args.raw:
-            sys.stdout.buffer.write(store.raw(args.id))
+            output.write_bytes(store.raw(args.id))
             return EXIT_OK
         rec = store.get(args.id)
         if rec is None:
@@ -52,7 +52,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ]
         output.print_json(rec)
         return EXIT_OK
-    sys.stdout.write(render_text(rec["headers"], raw))
+    output.echo(render_text(rec["headers"], raw).removesuffix("\n"), newlines=True, tabs=True)
     return EXIT_OK
 
 
@@ -82,8 +82,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     else:
         rows = [tuple(r.values()) for r in table.to_pylist()]
         width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
-        print(output.format_table(table.column_names, rows, width))
-        print(f"({table.num_rows} rows)")
+        output.echo(output.format_table(table.column_names, rows, width), newlines=True)
+        output.echo(f"({table.num_rows} rows)")
     return EXIT_OK
 
 
@@ -98,7 +98,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         output.print_json(stats)
     else:
         for key, value in stats.items():
-            print(f"{key}: {output.plain(value)}")
+            output.echo(f"{key}: {output.plain(value)}")
     return EXIT_OK
 
 
@@ -109,17 +109,17 @@ def cmd_cursor_log(args: argparse.Namespace) -> int:
         output.print_json(moves)
         return EXIT_OK
     if not moves:
-        print(f"no cursor events for {args.account} {args.folder}")
+        output.echo(f"no cursor events for {args.account} {args.folder}")
     for move in moves:
         m = {k: output.plain(v) for k, v in move.items()}
         when = m["recorded_at"]
         if m["type"] == "uidvalidity-changed":
-            print(
+            output.echo(
                 f"seq={m['seq']} {when} run={m['run_id']} ALARM uidvalidity"
                 f" {m['old_uidvalidity']}->{m['new_uidvalidity']} action={m['action']}"
             )
         else:
-            print(
+            output.echo(
                 f"seq={m['seq']} {when} run={m['run_id']} mode={m['mode']}"
                 f" uidvalidity={m['uidvalidity']} cursor={m['cursor_from']}->{m['cursor_to']}"
                 f" uidnext={m['uidnext']} reason={m['reason']}"

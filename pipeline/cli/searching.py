@@ -14,6 +14,7 @@ from pipeline.cli import output
 from pipeline.cli.common import add_as_of, as_of, command_progress, open_store
 from pipeline.cli.exits import EXIT_ERROR, EXIT_OK
 from pipeline.cli.parsing import add_command
+from pipeline.terminal import terminal_text
 from stores.errors import UsageError
 
 if TYPE_CHECKING:  # (every command imports this module: DuckDB and pyarrow when used)
@@ -57,21 +58,24 @@ def _lines(table: pa.Table, out: str, fmt: str) -> list[str]:
     if fmt != "text" or out == "messages":
         key = "thread_id" if out == "threads" else "message_id"
         return [r[key] for r in rows]
+    # (each field made safe for a terminal before it is padded: the columns line up)
     if out == "threads":
         return [
-            f"thread:{r['thread_id']}  {r['date_iso'] or '(undated)':20}"
+            f"thread:{terminal_text(r['thread_id'])}  {r['date_iso'] or '(undated)':20}"
             f"  [{r['matched']}/{r['messages']}]  {_one_line(r['subject'])}"
             for r in rows
         ]
     return [
-        f"{r['date_iso'] or '(undated)':20}  {r['from_addr'] or '-':30}"
-        f"  {_one_line(r['subject'])}  <{r['message_id']}>"
+        f"{r['date_iso'] or '(undated)':20}  {terminal_text(r['from_addr'] or '-'):30}"
+        f"  {_one_line(r['subject'])}  <{terminal_text(r['message_id'])}>"
         for r in rows
     ]
 
 
 def _one_line(text: str | None) -> str:
-    return " ".join((text or "").split())
+    """``text`` on one line for a terminal: its runs of blanks, tabs and line breaks
+    one space, every other control or format character shown (``terminal_text``)."""
+    return " ".join(terminal_text(text or "", newlines=True, tabs=True).split())
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -84,17 +88,18 @@ def cmd_search(args: argparse.Namespace) -> int:
     tree = parse(args.query, now=_now(args), tz=_zone(args.tz))  # (exit 2, with the position)
     plan = compile_query(tree)
     if args.explain:
-        print(f"query: {explain(tree)}")
+        output.echo(f"query: {explain(tree)}")
         for note in plan.notes:
-            print(f"  - {note}")
+            output.echo(f"  - {note}")
         if args.sort == "relevance" and not plan.text:
-            print("  - --sort=relevance: no words or phrases to rank by; newest first")
+            output.echo("  - --sort=relevance: no words or phrases to rank by; newest first")
         elif plan.drive is not None and args.limit is not None and args.sort != "relevance":
-            print(
+            output.echo(
                 f"  - a page: {plan.drive}'s matches read a date window at a time from the"
                 f" {args.sort} end, until the page is full"
             )
-        print(search_sql(plan, args.output, args.sort, args.limit, args.offset))
+        sql = search_sql(plan, args.output, args.sort, args.limit, args.offset)
+        output.echo(sql, newlines=True, tabs=True)
         return EXIT_OK
     with open_store(args) as store, as_of(args, store) as then:
         table = then.search(plan, args.output, sort=args.sort, limit=args.limit, offset=args.offset)
@@ -104,16 +109,18 @@ def cmd_search(args: argparse.Namespace) -> int:
         if args.format == "json":
             output.print_json(count)
         else:
-            print(count)
+            output.echo(str(count))
     elif args.format == "json":
         output.print_json(_json_rows(table, args.output))
     elif args.format == "text0":
-        sys.stdout.write("".join(f"{line}\0" for line in _lines(table, args.output, "text0")))
+        output.write_exact("".join(f"{line}\0" for line in _lines(table, args.output, "text0")))
+    elif args.format == "ids":
+        output.write_exact("".join(f"{line}\n" for line in _lines(table, args.output, "ids")))
     else:
         for line in _lines(table, args.output, args.format):
-            print(line)
+            output.echo(line)
     if empty:
-        print(f"mailledger: no messages match {args.query!r}", file=sys.stderr)
+        output.echo(f"mailledger: no messages match {args.query!r}", file=sys.stderr)
         return EXIT_ERROR if args.exit_on_empty else EXIT_OK
     return EXIT_OK
 
@@ -137,20 +144,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.json:
         output.print_json({"exit_code": code, **report.as_dict()})
     else:
-        print(
+        output.echo(
             f"exported {report.messages} messages ({report.bytes} bytes) to {args.dest}"
             f" as {args.format}"
         )
         if report.newline_added:
-            print(
+            output.echo(
                 f"note: {report.newline_added} messages did not end in a newline; mbox"
                 " cannot keep that ending, and gave them one (a Maildir keeps it)",
                 file=sys.stderr,
             )
         for line in report.errors:
-            print(f"error: {line}", file=sys.stderr)
+            output.echo(f"error: {line}", file=sys.stderr)
     if not report.messages and not report.errors:
-        print(f"mailledger: no messages match {args.query!r}", file=sys.stderr)
+        output.echo(f"mailledger: no messages match {args.query!r}", file=sys.stderr)
     return code
 
 
@@ -169,9 +176,9 @@ def print_tree(roots: list[ThreadNode]) -> None:
         node, depth = stack.pop()
         pad = "  " * depth
         if node.missing:
-            print(f"{pad}[missing]  <{node.message_id}>")
+            output.echo(f"{pad}[missing]  <{node.message_id}>")
         else:
-            print(
+            output.echo(
                 f"{pad}{node.date_iso or '(undated)'}  {node.from_addr or '-'}"
                 f"  {_one_line(node.subject)}  <{node.message_id}>"
             )

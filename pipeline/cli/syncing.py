@@ -53,7 +53,7 @@ def _emitter(json_report: bool) -> Callable[..., None]:
         if quiet and not failed and not line.startswith(("error", "ALARM")):
             return  # -q: errors, alarms and the summary of a failed run only
         try:
-            print(line, file=out, flush=True)
+            output.echo(line, file=out, flush=True)
         except BrokenPipeError:  # (`sync | head -1`): the run goes on, unheard
             output.silence(out)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -143,10 +144,12 @@ def dispatch(
     consumer: str | None = None,
     on_error: Callable[[str], None] | None = None,
 ) -> DispatchReport:
-    """Route, call each handler once, delete (or acknowledge) what it finished."""
+    """Route, call each handler once, delete (or acknowledge) what it finished.
+    ``on_error``: what is told of a message that cannot be read or a handler that
+    failed (default: the ``mailledger.dispatch`` log, at ERROR)."""
     report = DispatchReport(run_id=store.run_id, dry_run=dry_run, consumer=consumer)
     handlers = load_handlers(cfg)
-    say = on_error or (lambda text: print(text, file=sys.stderr))
+    say = on_error or logging.getLogger("mailledger.dispatch").error  # (stderr, unless told)
     with contextlib.ExitStack() as stack:
         cons: Consumer | None = None
         bound = 0

@@ -39,11 +39,12 @@ __all__ = [
 ]  # fmt: skip
 
 # a listing's line of a primary record (``m``: the table's qualifier, with its dot)
-# A control character in a subject (a tab or a newline decoded from an encoded
-# word) would split the line or its fields: it is shown as a space.
+# A tab or a line break in a subject (decoded from an encoded word) would split
+# the line or its fields: it is shown as a space. Any other control is left as it
+# is, for the command line to show visibly (``pipeline.terminal``), never blanked.
 _LISTING_LINE = (
     "{m}message_id || chr(9) || coalesce({m}date_iso, '-') || chr(9)"
-    " || regexp_replace(coalesce({m}subject, ''), '[[:cntrl:]]', ' ', 'g')"
+    " || regexp_replace(coalesce({m}subject, ''), '[\\t\\n\\r]', ' ', 'g')"
 )
 
 _STORED_SHAS = (
