@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STORE  ?= $(or $(MAILLEDGER_STORE),$(CURDIR)/demo-store)
 
-.PHONY: venv demo test replay bench bench-scale delta-spike lint torture interop man clean
+.PHONY: venv demo test fuzz replay bench bench-scale delta-spike lint torture interop man clean
 
 $(BIN)/mailledger: pyproject.toml
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "python3 -m venv is missing: apt-get install -y python3-venv" >&2; exit 2; }
@@ -21,6 +21,18 @@ demo: venv
 # The house rules first (make lint: ruff, the import contracts, mypy, vulture), then the suite.
 test: lint
 	$(BIN)/pytest -q
+
+# The property tests (hypothesis, marked so by its plugin) randomized, run before a
+# release: FUZZ_ROUNDS runs, each drawing new examples (a test's own max_examples each,
+# 500 where it sets none). `make test` draws the same examples every run (the ci profile,
+# tests/conftest.py). A failure is kept in .hypothesis/ and replayed first next time; it
+# becomes an @example or a plain test. FUZZ_ARGS="tests/unit/test_search_language.py".
+FUZZ_ROUNDS ?= 5
+fuzz: venv
+	@for i in $$(seq $(FUZZ_ROUNDS)); do \
+	  echo "fuzz: round $$i of $(FUZZ_ROUNDS)"; \
+	  HYPOTHESIS_PROFILE=release $(BIN)/pytest -q -m hypothesis $(FUZZ_ARGS) || exit 1; \
+	done
 
 replay: venv
 	$(BIN)/mailledger --store $(STORE) replay

@@ -4,12 +4,14 @@ reason it cannot see the use. vulture matches attributes by name, anywhere.
 
 # ruff: noqa: B018
 
+import importlib.machinery
 from html.parser import HTMLParser
 
 from argparse_manpage.manpage import Manpage
 from tqdm import tqdm
 
 import pipeline
+from pipeline.held_code import HeldCode
 from pipeline.ingest import RunCounts
 from pipeline.reports import FolderReport
 from stores.blobs import BlobStore
@@ -55,3 +57,8 @@ Manpage.manual
 # Reaches the JSON report through ``as_dict()``; tests assert it.
 FolderReport.bytes_fetched
 RunCounts.bytes_read
+
+# The import system calls a meta-path finder's loader by these names, and reads the
+# spec's has_location (``__file__`` set from the origin).
+HeldCode.exec_module
+importlib.machinery.ModuleSpec.has_location

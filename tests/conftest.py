@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from pipeline.store import MessageStore
 
@@ -23,6 +25,40 @@ class StepClock:
     def now(self) -> datetime:
         self.t += timedelta(seconds=1)
         return self.t
+
+
+# --- hypothesis: the same examples every run, the search apart (make fuzz) ------
+# `make test` and CI run the property tests derandomized: each test draws the examples
+# a hash of its own code gives, so a landing is never blocked by a lucky draw, and
+# nothing is read from or saved to .hypothesis/. `make fuzz` runs them randomized
+# (HYPOTHESIS_PROFILE=release) before a release; every failure it finds becomes an
+# @example or a plain test. A test's own @settings(max_examples=...) sets only that
+# key: derandomize and database still come from the profile loaded here, before any
+# test module is imported (hypothesis takes the defaults when @settings is applied).
+# No deadline and no too_slow check in either: both time the machine, and two cores
+# shared by a whole suite are no measure of a property (the benchmarks time things).
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "release",
+    derandomize=False,
+    deadline=None,
+    print_blob=True,
+    max_examples=500,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``ci`` unless ``HYPOTHESIS_PROFILE`` or ``--hypothesis-profile`` names another."""
+    if config.getoption("hypothesis_profile", None) is None:
+        settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture

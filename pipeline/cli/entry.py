@@ -4,6 +4,7 @@ where every exception that ends a command becomes its exit code."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import textwrap
@@ -23,6 +24,7 @@ from pipeline.cli import (
 from pipeline.cli.common import resolve_store
 from pipeline.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from pipeline.cli.parsing import Parser, Version, global_options
+from pipeline.held_code import held_code, install_changed
 from pipeline.verbosity import LogSetup
 from stores.errors import ConfigError, MailledgerError, NotFoundError, UsageError
 
@@ -49,6 +51,10 @@ _COMMANDS = (
     docs.add_completion,
     docs.add_man,
 )
+
+# the commands that write a store: each holds the code it started with (held_code), so
+# an upgrade under it (`pip install -U` during a cron sync) cannot mix two versions
+_RUNS = frozenset({"sync", "import", "replay", "compact", "dispatch", "delete"})
 
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -86,9 +92,12 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     # metrics textfile, written under the caller's umask, must stay readable).
     umask = os.umask(0o077)
     logs: LogSetup | None = None
+    held = contextlib.ExitStack()
     try:
         parser = build_parser(env)
         args = parser.parse_args(argv)
+        if args.command in _RUNS:
+            held.enter_context(held_code())
         args.parser = parser  # (completion and man describe it)
         args.env = env
         args.app = App(env)  # the run: its clock, run id, stores and sources
@@ -121,6 +130,14 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     except KeyboardInterrupt:
         output.echo("mailledger: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except ImportError as exc:
+        # an import late in a run failed: when the install changed under the run (an
+        # upgrade), that is the error to name; otherwise it is a bug, traceback shown
+        changed = install_changed()
+        if changed is None:
+            raise
+        print(f"mailledger: error: {changed} ({exc})", file=sys.stderr)
+        return EXIT_ERROR
     except Exception as exc:
         import duckdb
 
@@ -130,6 +147,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         output.echo(f"mailledger: error: {exc}", file=sys.stderr, newlines=True)
         return EXIT_ERROR
     finally:
+        held.close()
         if logs is not None:
             logs.undo()
         os.umask(umask)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from typing import Any
 
+from pipeline.held_code import check_install
 from pipeline.prepare import Prepared, watch_parent
 
 __all__ = ["Done", "WorkerPool", "worker_pool"]
@@ -38,6 +39,7 @@ class WorkerPool(Executor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         if self._pool is None:
+            check_install()  # (a new process runs the files on disk, not the run's code)
             ctx = multiprocessing.get_context("forkserver")
             ctx.set_forkserver_preload(["pipeline.prepare", "pipeline.sources.imap.fetch"])
             self._pool = ProcessPoolExecutor(

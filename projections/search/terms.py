@@ -139,11 +139,18 @@ def _text(field: TextField, term: TermText) -> Word | Phrase:
 
 def _address(field: AddressField, term: TermText) -> Address:
     """``alice@example.com``, ``alice@``, ``@example.com`` or ``alice``, lowercased
-    as the address index is (``normalize.addresses``)."""
-    if term.quoted and "<" in term.value:
+    as the address index is (``normalize.addresses``).
+
+    A value with a ``<`` is read as a header would be (``"Alice <a@x>"``,
+    ``<a@x>``), quoted or not: ``explain`` quotes a value for its other
+    characters, so a reading that depended on the quotes would not read back.
+    The addr-spec found is kept only when it is its own normal form, so that
+    reading it again gives it again.
+    """
+    if "<" in term.value:
         full = normalize_address(term.value)
         local, _, domain = (full or "").rpartition("@")
-        if full is not None and local and domain:
+        if full is not None and local and domain and normalize_address(full) == full:
             return Address(field, "address", full, term.prefix)
     value = term.value.strip().lower()
     if not value:

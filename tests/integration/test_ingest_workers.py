@@ -8,8 +8,11 @@ before the event that names it is committed.
 
 from __future__ import annotations
 
+import json
 import mailbox
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from pathlib import Path
@@ -276,25 +279,43 @@ def test_prepare_leaves_a_held_blob_to_the_caller_and_skips_compressing_a_stored
     assert blobs.get(sha) == raw
 
 
-_HEAVY = "sorted(m for m in __import__('sys').modules if m in ('pyarrow', 'duckdb'))"
+# Run by a fresh interpreter: its pool is its own, with a forkserver started for it
+# (a forkserver lives as long as the process that started it, so a pool in this one
+# would be forked from whichever server an earlier test started, preloaded as it was).
+_WORKER_PROBE = """
+import json, sys
+
+def loaded(prefixes):
+    return sorted(m for m, module in sys.modules.items() if m.startswith(prefixes) and module)
+
+if __name__ == "__main__":  # (the workers import this file too, as __mp_main__)
+    from pipeline.store import MessageStore  # what the run's process loads to commit
+    from pipeline.ingest import worker_pool
+
+    with worker_pool(1) as pool:
+        print(json.dumps({
+            "worker": pool.submit(loaded, ("pyarrow", "duckdb")).result(),  # (None: left out)
+            "worker_pipeline": pool.submit(loaded, ("pipeline.",)).result(),
+            "run": [m for m in ("duckdb", "pyarrow") if m in sys.modules],
+        }))
+"""
 
 
-def test_a_worker_process_loads_neither_pyarrow_nor_duckdb() -> None:
+def test_a_worker_process_loads_neither_pyarrow_nor_duckdb(tmp_path: Path) -> None:
     """What a worker runs (fetch, parse, compress, store) needs neither library, and
     each would cost every worker (and the fork server) tens of MB and its import time."""
-    from pipeline.sources.imap.fetch import fetch_prepared
-
-    with ingest_mod.worker_pool(1) as pool:
-        assert pool is not None
-        assert pool.submit(eval, _HEAVY).result() == []
-        # the worker has what it runs (these are the callables the pool is given)
-        loaded = "sorted(m for m in __import__('sys').modules if m.startswith('pipeline.'))"
-        in_worker = set(pool.submit(eval, loaded).result())
-        assert {"pipeline.sources.imap.fetch", "pipeline.prepare"} <= in_worker
-    assert fetch_prepared.__module__ == "pipeline.sources.imap.fetch"
-    assert prepare.__module__ == "pipeline.prepare"
-    # and this process, which commits, does load them: the check above is not vacuous
-    assert eval(_HEAVY) == ["duckdb", "pyarrow"]
+    probe = tmp_path / "probe.py"  # (a file: the workers import the callables from it)
+    probe.write_text(_WORKER_PROBE)
+    done = subprocess.run(
+        [sys.executable, str(probe)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["worker"] == []
+    # the worker has what it runs (these are the callables the pool is given)
+    assert {"pipeline.sources.imap.fetch", "pipeline.prepare"} <= set(seen["worker_pipeline"])
+    # and the process that commits does load them: the check above is not vacuous
+    assert seen["run"] == ["duckdb", "pyarrow"]
 
 
 def test_prepare_asks_the_blob_index_once_for_a_chunk_not_once_a_message(tmp_path: Path) -> None:
