@@ -66,7 +66,7 @@ def check_maildir(root: Path) -> None:
                     todo.append(Path(entry.path))
     raise UsageError(
         f"{root}: not a Maildir (no cur/, new/ or tmp/ directory anywhere below it);"
-        " nothing imported"
+        " nothing imported (`mailledger import files` reads any tree of one-message files)"
     )
 
 
