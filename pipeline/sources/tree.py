@@ -120,7 +120,7 @@ def _file_stat(path: str, root: str, contained: bool) -> tuple[str | None, int]:
 
 
 def walk_tree(
-    root: Path, walk: Walk, not_mail: NotMail | None
+    root: Path, walk: Walk, not_mail: NotMail | None, unreadable: NotMail | None = None
 ) -> Iterator[tuple[str, str, str, int]]:
     """(folder, unique name, path, size) of every message below ``root``, notmuch-style:
     directories in name order, each one's files in name order.
@@ -131,9 +131,16 @@ def walk_tree(
     flag change does not make a new location. Files that are not mail are not
     yielded: ``not_mail`` is told each one's path and why. The size is -1 when the
     file could not be read (the reader names the error). Symlinked directories are
-    not followed (no loop; one inside the tree is walked where it is)."""
+    not followed (no loop; one inside the tree is walked where it is). A directory
+    that cannot be listed is told to ``unreadable`` with the reason (its mail would
+    be missing without a word otherwise)."""
     top = str(root)
-    for dirpath, dirnames, filenames in os.walk(root):
+
+    def listing_failed(exc: OSError) -> None:
+        if unreadable is not None:
+            unreadable(str(exc.filename), exc.strerror or str(exc))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=listing_failed):
         if walk.skip_listing is not None and (why := walk.skip_listing(filenames)):
             log.info("not walked: %s (%s)", dirpath, why)
             dirnames[:] = []
@@ -193,6 +200,7 @@ class TreeSource:
         self.kind = kind
         self.label = f"import:{kind}:{self.root}"
         self.skipped: list[dict[str, str]] = []
+        self.unread: list[str] = []  # directories that could not be listed, and why
         self._walk = walk
         self._check = check
 
@@ -200,19 +208,30 @@ class TreeSource:
         log.info("not mail, skipped: %s (%s)", path, why)
         self.skipped.append({"path": path, "reason": why})
 
-    def files(self, not_mail: NotMail | None = None) -> Iterator[tuple[str, str, str, int]]:
+    def _unreadable(self, path: str, why: str) -> None:
+        log.info("directory not read: %s (%s)", path, why)
+        self.unread.append(f"{path}: directory not read ({why}): its mail is not imported")
+
+    def files(
+        self, not_mail: NotMail | None = None, unreadable: NotMail | None = None
+    ) -> Iterator[tuple[str, str, str, int]]:
         """``walk_tree`` of this source's root by its rules."""
-        return walk_tree(self.root, self._walk, not_mail)
+        return walk_tree(self.root, self._walk, not_mail, unreadable)
 
     def messages(self, progress: Progress) -> Iterator[tuple[Incoming, int]]:
         self._check(self.root)
         if progress is not NO_PROGRESS:
             progress.start(None, f"import {self.kind}: listing {self.root}", unit=None)
             progress.start(sum(1 for _ in self.files()), f"import {self.kind}")
-        for folder, unique, path, size in self.files(self._skip):
+        for folder, unique, path, size in self.files(self._skip, self._unreadable):
             # (the size bounds the batch: batch_bytes)
             yield Incoming(raw=b"", folder=folder, uidl=unique, path=path, size=max(0, size)), 1
 
     def finish(self, counts: RunCounts, progress: Progress) -> None:
+        # a directory not read is an error of the run (exit 1), counted as one
+        # message that could not be read: the sums still balance
+        counts.uids_seen += len(self.unread)
+        counts.errors += len(self.unread)
+        counts.error_details.extend(self.unread)
         counts.not_mail += len(self.skipped)
         counts.not_mail_files.extend(self.skipped)

@@ -212,3 +212,31 @@ def test_import_files_of_what_is_not_a_directory_is_a_usage_error(
         assert code == 2
         assert f"{path}: not a directory" in err and out == ""
     assert not store.exists()  # refused before anything was made
+
+
+def test_a_directory_that_cannot_be_listed_is_an_error_of_the_run_never_silence(
+    tmp_path: Path,
+) -> None:
+    # a tree deeper than PATH_MAX: its last directories cannot be listed by path (the
+    # fault a real file system gives anyone, root too, unlike a chmod)
+    mail = list(_mail())
+    root = tmp_path / "deep"
+    _put(root / "1.eml", mail[0][1])
+    fd = os.open(root, os.O_RDONLY)
+    for _ in range(20):  # 20 x 251 bytes > 4096
+        os.mkdir("d" * 250, dir_fd=fd)
+        fd, up = os.open("d" * 250, os.O_RDONLY, dir_fd=fd), fd
+        os.close(up)
+    out = os.open("2.eml", os.O_WRONLY | os.O_CREAT, dir_fd=fd)
+    os.write(out, mail[1][1])
+    os.close(out)
+    os.close(fd)
+    done = subprocess.run(
+        [*MAILLEDGER, "--store", str(tmp_path / "store"), "import", "files", str(root), "--json"],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    counts = json.loads(done.stdout)
+    assert counts["balanced"] and (counts["new_messages"], counts["errors"]) == (1, 1)
+    [detail] = counts["error_details"]
+    assert detail.startswith(str(root / ("d" * 250))) and "directory not read" in detail
