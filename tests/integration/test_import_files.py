@@ -21,6 +21,7 @@ import pytest
 
 from pipeline.cli import main
 from testkit.corpus import generate_messages
+from tests.conftest import stderr_on_a_terminal
 
 MAILLEDGER = [sys.executable, "-m", "pipeline"]
 
@@ -240,3 +241,14 @@ def test_a_directory_that_cannot_be_listed_is_an_error_of_the_run_never_silence(
     assert counts["balanced"] and (counts["new_messages"], counts["errors"]) == (1, 1)
     [detail] = counts["error_details"]
     assert detail.startswith(str(root / ("d" * 250))) and "directory not read" in detail
+
+
+def test_import_files_shows_its_progress_on_a_terminal(tmp_path: Path) -> None:
+    root = tmp_path / "saved"
+    for n, (_, raw) in enumerate(_mail()):
+        _put(root / f"{n}.eml", raw)
+    code, seen = stderr_on_a_terminal(
+        [*MAILLEDGER, "--store", str(tmp_path / "s"), "import", "files", str(root),
+         "--workers", "0"]
+    )  # fmt: skip
+    assert code == 0 and b"import files" in seen and b"/40" in seen  # done/total
