@@ -61,6 +61,29 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def stderr_on_a_terminal(argv: list[str]) -> tuple[int, bytes]:
+    """Run ``argv`` with its stderr on a pseudo-terminal (stdout discarded): its exit
+    code and all it drew there (a progress display shows only on a terminal)."""
+    import os
+    import pty
+    import subprocess
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=follower)
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closed: the command ended
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    return proc.wait(timeout=120), seen
+
+
 @pytest.fixture
 def clock() -> StepClock:
     return StepClock()

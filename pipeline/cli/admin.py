@@ -24,20 +24,22 @@ __all__ = ["add_compact", "add_delete", "add_import", "add_replay", "add_verify"
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    from pipeline.sources.files import check_files, import_files
     from pipeline.sources.gdbm import import_gdbm
     from pipeline.sources.maildir import check_maildir, import_maildir
     from pipeline.sources.mbox import import_mbox
 
-    if args.kind == "maildir":
-        check_maildir(Path(args.path).resolve())  # (refused before a store is made for it)
+    trees = {"maildir": (check_maildir, import_maildir), "files": (check_files, import_files)}
+    if args.kind in trees:
+        trees[args.kind][0](Path(args.path).resolve())  # (refused before a store is made for it)
     if args.mboxrd and args.kind != "mbox":
         raise UsageError("--mboxrd is for an mbox file")
     progress = command_progress()
     try:
         with open_store(args, create=True) as store:
             fn: Callable[..., RunCounts] = import_gdbm
-            if args.kind == "maildir":
-                fn = import_maildir
+            if args.kind in trees:
+                fn = trees[args.kind][1]
             elif args.kind == "mbox":
                 fn = functools.partial(import_mbox, mboxrd=args.mboxrd)
             workers = args.workers if args.workers is not None else min(4, os.cpu_count() or 1)
@@ -58,7 +60,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             f" duplicates={counts.duplicates} other_source={counts.conflicts_other_source}"
             f" bodies={counts.bodies_fetched} known={counts.known_skipped}"
             f" malformed={counts.malformed} errors={counts.errors} events={counts.events}"
-            + (f" not_mail={counts.not_mail}" if args.kind == "maildir" else "")
+            + (f" not_mail={counts.not_mail}" if args.kind in trees else "")
         )
         for line in counts.error_details:
             output.echo(f"error: {line}", file=sys.stderr)
@@ -135,10 +137,17 @@ def add_import(subs: Any) -> None:
         subs,
         "import",
         cmd_import,
-        "import mail from a Maildir tree, an mbox file or the legacy GDBM UIDL store",
-        "mailledger import maildir ~/Maildir",
+        "import mail from a Maildir tree, an mbox file, the legacy GDBM UIDL store, or any"
+        " tree of one-message files (files: a notmuch root, MH folders, saved .eml files)",
+        "mailledger import maildir ~/Maildir\n  mailledger import files ~/Mail",
     )
-    p.add_argument("kind", choices=["maildir", "mbox", "gdbm"])
+    p.add_argument(
+        "kind",
+        choices=["maildir", "mbox", "gdbm", "files"],
+        help="files: every regular file below PATH is a message, walked as `notmuch new`"
+        " walks its root (hidden directories, tmp/, Xapian databases and MH bookkeeping"
+        " left out; a symlink out of PATH never read); no Maildir flags are recorded",
+    )
     p.add_argument("path")
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument(

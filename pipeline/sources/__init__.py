@@ -4,9 +4,11 @@
   the pure reading of the server's answers, ``imap.fetch`` bodies fetched in
   chunks, in this process or a worker's);
 - ``pop3``: a POP3 maildrop (the connection and the plan of a run);
-- ``maildir``, ``mbox``, ``gdbm``: mail people already have on disk.
+- ``maildir``, ``files``, ``mbox``, ``gdbm``: mail people already have on disk
+  (``maildir`` and ``files``, trees of one-message files, share the walk and the
+  source of ``tree``).
 
-The three file sources are one interface, :class:`MessageSource`, which the one
+The file sources are one interface, :class:`MessageSource`, which the one
 import driver (``pipeline.importing.run_import``) drives. The two servers are
 built by the composition root (``pipeline.bootstrap.Sources``) and driven by the
 sync (``pipeline.sync``, ``pipeline.sync.pop3``), each by its own protocol: an

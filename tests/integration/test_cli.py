@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from pipeline.cli import default_store_path, main
+from tests.conftest import stderr_on_a_terminal
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "fixtures"
@@ -279,35 +280,18 @@ def _many_mail(root: Path, n: int) -> Path:
 
 def test_progress_shows_on_a_terminal_and_quiet_silences_it(tmp_path: Path) -> None:
     """The verbosity contract: progress is drawn only on a terminal, never under -q."""
-    import os
-    import pty
-
     maildir = _many_mail(tmp_path / "mail", 500)
+    store = str(tmp_path / "s")
 
-    def stderr_on_a_terminal(*flags: str) -> tuple[int, bytes]:
-        leader, follower = pty.openpty()
-        argv = [sys.executable, "-m", "pipeline", *flags, "--store", str(tmp_path / "s")]
-        proc = subprocess.Popen(
-            [*argv, "import", "maildir", str(maildir), "--workers", "0"],
-            stdout=subprocess.DEVNULL,
-            stderr=follower,
-        )
-        os.close(follower)
-        seen = b""
-        while True:
-            try:
-                chunk = os.read(leader, 4096)
-            except OSError:  # the terminal closed: the command ended
-                break
-            if not chunk:
-                break
-            seen += chunk
-        os.close(leader)
-        return proc.wait(timeout=120), seen
+    def import_on_a_terminal(*flags: str) -> tuple[int, bytes]:
+        return stderr_on_a_terminal(
+            [sys.executable, "-m", "pipeline", *flags, "--store", store,
+             "import", "maildir", str(maildir), "--workers", "0"]
+        )  # fmt: skip
 
-    code, seen = stderr_on_a_terminal()
+    code, seen = import_on_a_terminal()
     assert code == 0 and b"import maildir" in seen and b"/500" in seen  # done/total
-    code, seen = stderr_on_a_terminal("-q")
+    code, seen = import_on_a_terminal("-q")
     assert code == 0 and seen == b""
 
 
