@@ -449,3 +449,20 @@ def test_every_stored_body_round_trips_through_an_mbox_without_options(
     md = tmp_path / "md"
     code, out, _ = run(capsys, source, "export", "*", str(md), "--format=maildir", "--json")
     assert code == 0 and len(list((md / "cur").iterdir())) == len(bodies)
+
+
+def test_a_message_deleted_and_seen_again_exports_only_what_was_seen_since(
+    store: MessageStore, tmp_path: Path
+) -> None:
+    """Variants are the contents seen under the id since its record was stored:
+    one dropped with a deleted copy (and erased by a purge) is not asked for."""
+    first = _mail(1, "again", b"first\n")
+    store.add("u1", first)
+    store.add("u2", first.replace(b"To:", b"X-Copy: 2\nTo:"))  # (a variant, then deleted)
+    assert store.delete("again@example.org", reason="handled")
+    later = first.replace(b"first", b"later")
+    store.add("u3", later)
+    store.add("u4", later + b"\n-- \nsig\n")
+    report = export(store, compile_query(parse("*", now=NOW)), "mbox", tmp_path / "a.mbox")
+    assert report.errors == [] and (report.messages, report.variants) == (2, 1)
+    assert [r for _, r in iter_mbox(tmp_path / "a.mbox")] == [later, later + b"\n-- \nsig\n"]
