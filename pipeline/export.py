@@ -1,10 +1,15 @@
 """Export: the messages a search matches, written out byte for byte from the
 blobs, as an mbox file (mboxrd) or a Maildir.
 
-Streamed: the matches are read a page at a time (the store is not held while
-bodies are written) and one body is in memory at a time, whatever the number of
-matches. What comes back in with ``mailledger import`` is the same set of
-sha256 (an mbox with ``import mbox --mboxrd``, which un-quotes ``>From ``).
+Every body the store holds for a matched Message-ID is written (the first seen,
+then the other contents seen under that id, in the order they came), unless
+``one_per_id``. Streamed: the matches are read a page at a time (the store is
+not held while bodies are written) and one body is in memory at a time,
+whatever the number of matches. What comes back in with ``mailledger import``
+is the same set of sha256: each ``From `` line of an mbox ends in ``mboxrd``
+(``MBOXRD_MARK``), which tells ``import mbox`` to un-quote that message's
+``>From `` lines. DEST is written by ``pipeline.destination``'s rule (``-`` is
+stdout; a symlink is written through; a FIFO or a device is streamed into).
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from pipeline.destination import classify, open_user_file, user_directory
 from pipeline.progress import NO_PROGRESS, Progress
+from pipeline.sources.mbox import MBOXRD_MARK, NO_EOL_MARK
 from pipeline.store import MessageStore
 from projections.queries import SearchPlan
-from stores.atomic import fsync_dir, unique_name
+from stores.atomic import fsync_dir
 from stores.errors import MailledgerError, UsageError
 
 __all__ = ["ExportFormat", "ExportReport", "check_dest", "export", "mbox_quote"]
@@ -37,13 +44,17 @@ _FROM_LINE = re.compile(rb"^(>*From )", re.MULTILINE)
 class ExportReport:
     """What an export wrote: ``messages`` and their ``bytes`` (as stored);
     ``newline_added``: mbox messages that did not end in a newline and were given
-    one (mbox cannot keep such an ending); ``errors``: messages not written, why."""
+    one (mbox cannot keep such an ending: their From line says so, and ``import
+    mbox`` takes it off again); ``variants``: how many of ``messages``
+    are another content of a Message-ID already written (all of them are
+    written unless ``one_per_id``); ``errors``: messages not written, why."""
 
     format: str
     dest: str
     messages: int = 0
     bytes: int = 0
     newline_added: int = 0
+    variants: int = 0
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -56,23 +67,30 @@ def mbox_quote(raw: bytes) -> bytes:
     return _FROM_LINE.sub(rb">\1", raw)
 
 
-def _from_line(sender: str | None, epoch: int | None) -> bytes:
-    """The ``From `` separator: the sender (the From address: no envelope is kept)
-    and the message's date in asctime form, UTC."""
+def _from_line(sender: str | None, epoch: int | None, *, no_eol: bool = False) -> bytes:
+    """The ``From `` separator: the sender (the From address: no envelope is kept),
+    the message's date in asctime form, UTC, and the mark of mboxrd quoting
+    (after the date, where mbox readers allow more words, as UUCP's
+    ``remote from HOST``); ``no_eol``: the mark that also says the message's last
+    newline is the writer's."""
     who = "".join((sender or "").split()) or "MAILER-DAEMON"
     try:
         when = time.asctime(time.gmtime(epoch or 0))
     except (OverflowError, OSError, ValueError):
         when = time.asctime(time.gmtime(0))
-    return f"From {who} {when}\n".encode("utf-8", "replace")
+    mark = NO_EOL_MARK if no_eol else MBOXRD_MARK
+    return f"From {who} {when} ".encode("utf-8", "replace") + mark + b"\n"
+
+
+_Match = tuple[int, str, str, int, str | None, int | None, list[str]]
 
 
 def _matches(
-    store: MessageStore, plan: SearchPlan, size: int
-) -> Iterator[tuple[int, str, str, int, str | None, int | None]]:
+    store: MessageStore, plan: SearchPlan, size: int, *, variants: bool
+) -> Iterator[_Match]:
     after = 0
     while True:
-        page = store.export_page(plan, after, size)
+        page = store.export_page(plan, after, size, variants=variants)
         yield from page
         if len(page) < size:
             return
@@ -83,59 +101,67 @@ def _maildir_messages(dest: Path) -> int:
     return sum(1 for sub in ("cur", "new") if (dest / sub).is_dir() for _ in os.scandir(dest / sub))
 
 
-def check_dest(fmt: ExportFormat, dest: Path, *, append: bool) -> None:
+def check_dest(fmt: ExportFormat, dest: str | Path, *, append: bool) -> None:
     """Refuse (UsageError) a ``dest`` that would be mixed up: an mbox that exists
-    and is not empty, a Maildir holding messages (unless ``append``), and anything
-    that is not what ``fmt`` writes."""
+    and is not empty, a Maildir holding messages (unless ``append``), anything
+    that is not what ``fmt`` writes, and what ``pipeline.destination`` refuses.
+    A stream (stdout, a FIFO, a device) is never read: it takes what comes."""
+    where = classify(dest)
+    name, path = where.given, where.target
     if fmt == "mbox":
-        if dest.is_dir():
-            raise UsageError(f"{dest}: a directory, not an mbox file")
-        if dest.exists() and dest.stat().st_size:
+        if where.kind == "directory":
+            raise UsageError(f"{name}: a directory, not an mbox file")
+        if where.kind == "file" and path is not None and path.stat().st_size:
             if not append:
-                raise UsageError(f"{dest}: not empty (--append adds to it)")
-            with open(dest, "rb") as fh:
+                raise UsageError(f"{name}: not empty (--append adds to it)")
+            with open(path, "rb") as fh:
                 if not fh.read(5) == b"From ":
-                    raise UsageError(f"{dest}: not an mbox file (no 'From ' line first)")
+                    raise UsageError(f"{name}: not an mbox file (no 'From ' line first)")
         return
-    if dest.exists() and not dest.is_dir():
-        raise UsageError(f"{dest}: not a directory")
-    if not dest.exists():
+    if where.kind == "stdout":
+        raise UsageError("-: a Maildir is a directory: it cannot be written to stdout")
+    if where.kind == "new":
         return
-    if not any((dest / sub).is_dir() for sub in ("cur", "new", "tmp")):
-        if any(os.scandir(dest)):
-            raise UsageError(f"{dest}: not empty and not a Maildir (no cur/, new/ or tmp/)")
+    if where.kind != "directory" or path is None:
+        raise UsageError(f"{name}: not a directory")
+    if not any((path / sub).is_dir() for sub in ("cur", "new", "tmp")):
+        if any(os.scandir(path)):
+            raise UsageError(f"{name}: not empty and not a Maildir (no cur/, new/ or tmp/)")
         return
-    held = _maildir_messages(dest)
+    held = _maildir_messages(path)
     if held and not append:
-        raise UsageError(f"{dest}: a Maildir holding {held} messages (--append adds to it)")
+        raise UsageError(f"{name}: a Maildir holding {held} messages (--append adds to it)")
 
 
 def export(
     store: MessageStore,
     plan: SearchPlan,
     fmt: ExportFormat,
-    dest: Path,
+    dest: str | Path,
     *,
     append: bool = False,
+    one_per_id: bool = False,
     page: int = _PAGE,
     progress: Progress = NO_PROGRESS,
 ) -> ExportReport:
     """Write every match of ``plan`` to ``dest`` in the order the store received
-    them; returns what was written. An mbox is written beside ``dest`` and renamed
-    over it at the end (``append``: added to its end in place); a Maildir message
-    is written in ``tmp/`` and renamed into ``cur/``. ``page``: matches read from
-    the store at a time; ``progress`` counts the messages (out of the matches,
-    counted first when a display asks)."""
+    them, each with the other contents stored under its Message-ID right after
+    it (``one_per_id``: the first seen only); returns what was written. ``dest``
+    follows ``pipeline.destination``'s rule (the string ``-``: stdout): an mbox
+    file is written beside it and renamed over it at the end (``append``: added
+    to its end in place); a Maildir message is written in ``tmp/`` and renamed
+    into ``cur/``. ``page``: matches read from the store at a time; ``progress``
+    counts the matches (counted first when a display asks)."""
     check_dest(fmt, dest, append=append)
     report = ExportReport(format=fmt, dest=str(dest))
     if progress is not NO_PROGRESS:
         matches = store.search(plan, "count").column(0)[0].as_py()
         progress.start(matches, f"export {fmt} {dest}")
-    bodies = _counted(_bodies(store, plan, page, report), progress)
+    bodies = _bodies(store, plan, page, report, progress, variants=not one_per_id)
     if fmt == "mbox":
         _export_mbox(bodies, dest, append, report)
     else:
-        _export_maildir(bodies, dest, report)
+        _export_maildir(bodies, user_directory(dest), report)
     return report
 
 
@@ -143,44 +169,38 @@ _Body = tuple[int, str, str, str | None, int | None, bytes]
 
 
 def _bodies(
-    store: MessageStore, plan: SearchPlan, page: int, report: ExportReport
+    store: MessageStore,
+    plan: SearchPlan,
+    page: int,
+    report: ExportReport,
+    progress: Progress,
+    *,
+    variants: bool,
 ) -> Iterator[_Body]:
-    """(seq, message_id, sha256, from, date, raw) of each match whose blob reads
-    back (one in memory at a time); the others are named in ``report.errors``."""
-    for seq, message_id, sha, _size, sender, epoch in _matches(store, plan, page):
-        try:
-            raw = store.blobs.get(sha)
-        except MailledgerError as exc:
-            report.errors.append(f"<{message_id}>: {exc}")
-            continue
-        yield seq, message_id, sha, sender, epoch, raw
-
-
-def _counted(bodies: Iterator[_Body], progress: Progress) -> Iterator[_Body]:
-    for body in bodies:
-        yield body
+    """(seq, message_id, sha256, from, date, raw) of each match and each of its
+    variants whose blob reads back (one in memory at a time); the others are
+    named in ``report.errors``. ``progress`` advances by a match."""
+    for seq, message_id, sha, _size, sender, epoch, others in _matches(
+        store, plan, page, variants=variants
+    ):
+        for n, content in enumerate([sha, *others]):
+            try:
+                raw = store.blobs.get(content)
+            except MailledgerError as exc:
+                report.errors.append(f"<{message_id}>: {exc}")
+                continue
+            report.variants += n > 0
+            yield seq, message_id, content, sender, epoch, raw
         progress.advance()
 
 
-def _export_mbox(bodies: Iterator[_Body], dest: Path, append: bool, report: ExportReport) -> None:
-    if append and dest.exists():
-        with open(dest, "r+b") as fh:
-            fh.seek(0, os.SEEK_END)
+def _export_mbox(
+    bodies: Iterator[_Body], dest: str | Path, append: bool, report: ExportReport
+) -> None:
+    with open_user_file(dest, append=append) as fh:
+        if fh.readable():  # (an mbox appended to in place)
             _end_last_message(fh)
-            _write_mbox(bodies, fh, report)
-            fh.flush()
-            os.fsync(fh.fileno())
-        return
-    tmp = unique_name(dest)
-    try:
-        with open(tmp, "wb") as fh:
-            _write_mbox(bodies, fh, report)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(dest.parent)
+        _write_mbox(bodies, fh, report)
 
 
 def _end_last_message(fh: IO[bytes]) -> None:
@@ -191,6 +211,7 @@ def _end_last_message(fh: IO[bytes]) -> None:
         return
     fh.seek(max(0, size - 2))
     tail = fh.read()
+    fh.seek(0, os.SEEK_END)
     if tail.endswith(b"\n\n") or tail == b"\n":
         return
     fh.write(b"\n" if tail.endswith(b"\n") else b"\n\n")
@@ -198,9 +219,10 @@ def _end_last_message(fh: IO[bytes]) -> None:
 
 def _write_mbox(bodies: Iterator[_Body], fh: IO[bytes], report: ExportReport) -> None:
     for _seq, _mid, _sha, sender, epoch, raw in bodies:
-        fh.write(_from_line(sender, epoch))
+        no_eol = bool(raw) and not raw.endswith(b"\n")
+        fh.write(_from_line(sender, epoch, no_eol=no_eol))
         fh.write(mbox_quote(raw))
-        if raw and not raw.endswith(b"\n"):
+        if no_eol:
             fh.write(b"\n")
             report.newline_added += 1
         fh.write(b"\n")  # the blank line that ends a message in an mbox

@@ -314,10 +314,10 @@ class MessageStore:
         return self.projector.read_text(queries.search_table, plan, output, sort, limit, offset)
 
     def export_page(
-        self, plan: queries.SearchPlan, after: int, limit: int
-    ) -> list[tuple[int, str, str, int, str | None, int | None]]:
-        """A page of the matches of ``plan`` an export writes (see ``queries.export_page``)."""
-        return self.projector.read_text(queries.export_page, plan, after, limit)
+        self, plan: queries.SearchPlan, after: int, limit: int, variants: bool = False
+    ) -> list[tuple[int, str, str, int, str | None, int | None, list[str]]]:
+        """A page of the matches of ``plan`` an export writes (``queries.export_page``)."""
+        return self.projector.read_text(queries.export_page, plan, after, limit, variants)
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """Run SQL over the projections and the ``events`` view of the log."""

@@ -10,9 +10,12 @@ the directory.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
-__all__ = ["create_once", "fsync_dir", "replace_file", "unique_name"]
+__all__ = ["create_once", "fsync_dir", "replace_file", "replacing", "unique_name"]
 
 
 def fsync_dir(path: Path) -> None:
@@ -71,6 +74,29 @@ def replace_file(
         raise
     if durable:
         fsync_dir(path.parent)
+
+
+@contextmanager
+def replacing(path: Path, *, mode: int = 0o600) -> Iterator[BinaryIO]:
+    """A file to write that becomes ``path``, whole, when the block ends without
+    an error: streamed into a temporary beside ``path``, fsynced, renamed over it,
+    the directory fsynced. An error inside the block (or while finishing) removes
+    the temporary and leaves ``path`` as it was. ``mode``: the new file's
+    permissions, whatever the umask. For content too big to hold in
+    memory at once (``replace_file`` takes bytes)."""
+    tmp = unique_name(path)
+    fh = os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb")
+    try:
+        with fh:
+            os.fchmod(fh.fileno(), mode)  # (exactly: a file replaced keeps the mode it had)
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
 
 
 def create_once(path: Path, data: bytes, *, mode: int = 0o600, tmp: Path | None = None) -> bool:

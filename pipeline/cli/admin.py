@@ -41,7 +41,8 @@ def cmd_import(args: argparse.Namespace) -> int:
             if args.kind in trees:
                 fn = trees[args.kind][1]
             elif args.kind == "mbox":
-                fn = functools.partial(import_mbox, mboxrd=args.mboxrd)
+                # (None: each message as its From line says; mailledger export's say mboxrd)
+                fn = functools.partial(import_mbox, mboxrd=True if args.mboxrd else None)
             workers = args.workers if args.workers is not None else min(4, os.cpu_count() or 1)
             counts = fn(
                 store,
@@ -156,8 +157,9 @@ def add_import(subs: Any) -> None:
     p.add_argument(
         "--mboxrd",
         action="store_true",
-        help="mbox: un-quote '>From ' lines (one '>' less), as mboxrd writers such as"
-        " `mailledger export` quote them (default: keep the bytes as they are in the file)",
+        help="mbox: un-quote '>From ' lines (one '>' less) in every message, as mboxrd"
+        " writers quote them (default: only in messages whose From line ends in 'mboxrd',"
+        " as `mailledger export` writes them; the others keep the bytes in the file)",
     )
     p.add_argument("--json", action="store_true")
 

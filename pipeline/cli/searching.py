@@ -5,6 +5,7 @@ threads or a count; and ``thread ID`` drawn as a tree."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from datetime import UTC, datetime, tzinfo
@@ -126,32 +127,44 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    from pipeline.destination import is_stdout
     from pipeline.export import export
     from projections.queries import compile_query
     from projections.search import parse
 
     plan = compile_query(parse(args.query, now=_now(args), tz=_zone(args.tz)))
+    # (the mail goes where stdout does: what was written is told on stderr)
+    told = sys.stderr if is_stdout(args.dest) else sys.stdout
     progress = command_progress(delay=0.5)
     try:
         with open_store(args) as store:
-            dest = Path(args.dest)
-            report = export(store, plan, args.format, dest, append=args.append, progress=progress)
+            report = export(
+                store,
+                plan,
+                args.format,
+                args.dest,  # (as given: only the string "-" is stdout)
+                append=args.append,
+                one_per_id=args.one_per_id,
+                progress=progress,
+            )
     finally:
         progress.close()
     code = EXIT_ERROR if report.errors else EXIT_OK
     if args.json:
-        output.print_json({"exit_code": code, **report.as_dict()})
+        with contextlib.redirect_stdout(told):
+            output.print_json({"exit_code": code, **report.as_dict()})
     else:
+        variants = f", {report.variants} of them other versions of a Message-ID"
         output.echo(
-            f"exported {report.messages} messages ({report.bytes} bytes) to {args.dest}"
-            f" as {args.format}"
+            f"exported {report.messages} messages ({report.bytes} bytes"
+            f"{variants if report.variants else ''}) to {args.dest} as {args.format}",
+            file=told,
         )
         if report.newline_added:
             output.echo(
                 f"note: {report.newline_added} messages did not end in a newline; mbox"
-                " cannot keep that ending, and gave them one (a Maildir keeps it)",
+                " cannot keep that ending, and gave them one (their From lines say so:"
+                " `mailledger import mbox` takes it off again; a Maildir keeps it)",
                 file=sys.stderr,
             )
         for line in report.errors:
@@ -240,12 +253,17 @@ def add_export(subs: Any) -> None:
         subs,
         "export",
         cmd_export,
-        "write the messages a search matches, byte for byte, to an mbox file (mboxrd:"
-        " '>From ' quoted; import it back with `import mbox --mboxrd`) or a Maildir",
+        "write the messages a search matches, byte for byte, every version stored of each"
+        " Message-ID, to an mbox file (mboxrd: '>From ' quoted, each From line marked so"
+        " that `import mbox` un-quotes it) or a Maildir",
         "mailledger export 'list:dev* date:2024' --format=maildir ~/export/dev",
     )
     p.add_argument("query", help="the query, as `search` reads it (one argument: quote it)")
-    p.add_argument("dest", help="the mbox file or the Maildir directory to write")
+    p.add_argument(
+        "dest",
+        help="the mbox file (- for stdout; a symlink is written through, a FIFO or a device"
+        " streamed into) or the Maildir directory to write",
+    )
     p.add_argument(
         "--format",
         choices=("mbox", "maildir"),
@@ -257,6 +275,12 @@ def add_export(subs: Any) -> None:
         "--append",
         action="store_true",
         help="add to an mbox or a Maildir that holds messages already (default: refuse one)",
+    )
+    p.add_argument(
+        "--one-per-id",
+        action="store_true",
+        help="one body per Message-ID, the first stored (default: every content stored"
+        " under it, as a folder or account showed it)",
     )
     p.add_argument("--now", metavar="WHEN", help="the instant relative dates count back from")
     p.add_argument("--tz", metavar="ZONE", help="the time zone of calendar dates (default: UTC)")

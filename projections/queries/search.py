@@ -325,11 +325,24 @@ def _text_matches(
 
 # A page of the matches an export writes, in the order the store received them
 # (``seq``: unique and never null, so a page starts where the last one ended
-# whatever was folded between them).
+# whatever was folded between them), each with the other contents seen under its
+# Message-ID since it was stored (``last_seq >= seq``: not those of a copy
+# deleted before it came back, whose blobs a purge may have erased), in the
+# order they came. The page is cut first, so its locations are a join against
+# at most ``limit`` ids, however many messages match.
 _EXPORT_PAGE = (
-    "SELECT m.seq, m.message_id, m.sha256, m.size, m.from_addr,"
+    "WITH page AS (SELECT m.seq, m.message_id, m.sha256, m.size, m.from_addr,"
     " CAST(epoch(m.date_utc) AS BIGINT) AS date_epoch"
-    " FROM messages m WHERE ({where}) AND m.seq > {after} ORDER BY m.seq LIMIT {limit}"
+    " FROM messages m WHERE ({where}) AND m.seq > {after} ORDER BY m.seq LIMIT {limit}){others}"
+    " SELECT p.seq, p.message_id, p.sha256, p.size, p.from_addr, p.date_epoch, {variants}"
+    " FROM page p{join} ORDER BY p.seq"
+)
+_EXPORT_VARIANTS = (
+    ", other AS (SELECT l.message_id, l.sha256, min(l.first_seq) AS first_seq"
+    " FROM locations l JOIN page p ON l.message_id = p.message_id"
+    " WHERE l.sha256 <> p.sha256 AND l.last_seq >= p.seq GROUP BY l.message_id, l.sha256),"
+    " lists AS (SELECT message_id, list(sha256 ORDER BY first_seq, sha256) AS variants"
+    " FROM other GROUP BY message_id)"
 )
 
 
@@ -338,13 +351,23 @@ def export_page(
     plan: SearchPlan,
     after: int,
     limit: int,
+    variants: bool = False,
     text: apsw.Connection | None = None,
-) -> list[tuple[int, str, str, int, str | None, int | None]]:
+) -> list[tuple[int, str, str, int, str | None, int | None, list[str]]]:
     """Up to ``limit`` matches of ``plan`` stored after seq ``after``, in seq order:
-    (seq, message_id, sha256, size, from_addr, date as Unix seconds or None). An
-    export reads page by page, so that it never holds the store (nor every match)
-    while it writes. ``text``: as ``search_table``'s."""
+    (seq, message_id, sha256, size, from_addr, date as Unix seconds or None, the
+    sha256 of the other contents stored under that Message-ID when ``variants``,
+    else []). An export reads page by page, so that it never holds the store (nor
+    every match) while it writes. ``text``: as ``search_table``'s."""
     with _threads_read(con, plan) as plan, _text_matches(con, plan, text):
-        sql = _EXPORT_PAGE.format(where=plan.where, after=int(after), limit=int(limit))
-        rows: list[tuple[int, str, str, int, str | None, int | None]] = con.execute(sql).fetchall()
+        sql = _EXPORT_PAGE.format(
+            where=plan.where,
+            after=int(after),
+            limit=int(limit),
+            others=_EXPORT_VARIANTS if variants else "",
+            variants="coalesce(lists.variants, []::VARCHAR[])" if variants else "[]::VARCHAR[]",
+            join=" LEFT JOIN lists USING (message_id)" if variants else "",
+        )
+        rows: list[tuple[int, str, str, int, str | None, int | None, list[str]]]
+        rows = con.execute(sql).fetchall()
     return rows

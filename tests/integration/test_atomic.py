@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from stores.atomic import create_once, replace_file, unique_name
+from stores.atomic import create_once, replace_file, replacing, unique_name
 
 
 def test_replace_file_swaps_the_whole_content_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -73,3 +73,25 @@ def test_create_once_has_exactly_one_winner_among_processes(tmp_path: Path) -> N
             f"marker-{r}" for r in range(round_ + 1)
         ]
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_replacing_streams_into_place_keeping_the_mode_it_is_given(tmp_path: Path) -> None:
+    path = tmp_path / "out.mbox"
+    path.write_bytes(b"old")
+    with replacing(path, mode=0o640) as fh:
+        for n in range(3):
+            fh.write(b"part %d\n" % n)
+        assert path.read_bytes() == b"old"  # (a reader sees the old until the end)
+    assert path.read_bytes() == b"part 0\npart 1\npart 2\n"
+    assert path.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.mbox"]
+
+
+def test_an_error_while_replacing_keeps_the_old_content_and_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "out.mbox"
+    path.write_bytes(b"old")
+    with pytest.raises(LookupError), replacing(path) as fh:
+        fh.write(b"half")
+        raise LookupError("the caller failed half way")
+    assert path.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.mbox"]

@@ -6,6 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -89,6 +97,23 @@ def test_mbox_quoting_is_undone_by_the_mboxrd_import(tmp_path: Path) -> None:
     assert [r for _, r in iter_mbox(box)] == [mbox_quote(raw)]
 
 
+def test_each_message_of_an_mbox_is_unquoted_as_its_from_line_says(tmp_path: Path) -> None:
+    """mailledger's From lines end in ``mboxrd`` (``mboxrd-noeol``: and the last
+    newline is the writer's); a message without the mark keeps its bytes, so an
+    mbox appended to by several writers reads back right, message by message."""
+    raw = b"Subject: x\n\n>From y\nFrom z"
+    box = tmp_path / "mixed.mbox"
+    box.write_bytes(
+        b"From a Thu Jan  1 00:00:00 1970 mboxrd-noeol\n" + mbox_quote(raw) + b"\n\n"
+        b"From b Thu Jan  1 00:00:00 1970\n" + mbox_quote(raw) + b"\n\n"
+        b"From c Thu Jan  1 00:00:00 1970 mboxrd\n" + mbox_quote(raw + b"\n") + b"\n"
+    )
+    assert [r for _, r in iter_mbox(box)] == [raw, mbox_quote(raw) + b"\n", raw + b"\n"]
+    assert [r for _, r in iter_mbox(box, mboxrd=True)] == [raw, raw + b"\n", raw + b"\n"]
+    as_is = [mbox_quote(raw), mbox_quote(raw) + b"\n", mbox_quote(raw + b"\n")]
+    assert [r for _, r in iter_mbox(box, mboxrd=False)] == as_is
+
+
 def test_mbox_round_trip_gives_the_same_sha256_and_verify_passes(
     filled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -100,11 +125,10 @@ def test_mbox_round_trip_gives_the_same_sha256_and_verify_passes(
     assert report["messages"] == len(every) and report["errors"] == []
     assert report["bytes"] == sum(map(len, every)) and report["newline_added"] == 1
     again = tmp_path / "again"
-    assert run(capsys, again, "import", "mbox", "--mboxrd", str(out_file))[0] == 0
-    # mbox cannot keep a last line without its newline: that message alone comes back
-    # with one; every other one is byte for byte what was exported
-    assert _shas(again) == {_sha(r) for r in MESSAGES.values()} | {_sha(NO_NEWLINE + b"\n")}
-    assert _shas(filled) == {_sha(r) for r in every}
+    assert run(capsys, again, "import", "mbox", str(out_file))[0] == 0  # (no --mboxrd)
+    # every message byte for byte: the From lines say how each was quoted, and
+    # which one was given the newline mbox cannot do without
+    assert _shas(again) == _shas(filled) == {_sha(r) for r in every}
     code, out, _ = run(capsys, again, "verify")
     assert code == 0 and out.startswith("ok:")
 
@@ -137,9 +161,9 @@ def test_export_writes_only_the_matches_and_reads_them_page_by_page(
             store, compile_query(parse("*", now=NOW)), "maildir", tmp_path / "all", page=2
         )
         assert every.messages == 7
-    got = [raw for _, raw in iter_mbox(dest, mboxrd=True)]
-    assert got == [MESSAGES["blank-end"], NO_NEWLINE + b"\n"]
-    assert dest.read_bytes().startswith(b"From bob@example.org Wed Jun 26 10:05:00 2024\n")
+    got = [raw for _, raw in iter_mbox(dest)]
+    assert got == [MESSAGES["blank-end"], NO_NEWLINE]
+    assert dest.read_bytes().startswith(b"From bob@example.org Wed Jun 26 10:05:00 2024 mboxrd\n")
 
 
 def test_a_destination_holding_mail_is_refused_unless_appended_to(
@@ -154,7 +178,7 @@ def test_a_destination_holding_mail_is_refused_unless_appended_to(
     with store:
         import_mbox(store, box, mboxrd=True)
     senders = [r for k, r in MESSAGES.items() if k != "malformed"]  # (it has no From)
-    assert _shas(tmp_path / "again") == {_sha(r) for r in senders} | {_sha(NO_NEWLINE + b"\n")}
+    assert _shas(tmp_path / "again") == {_sha(r) for r in senders} | {_sha(NO_NEWLINE)}
     notes = tmp_path / "notes.txt"
     notes.write_text("not mail\n")
     code, _, err = run(capsys, filled, "export", "*", str(notes), "--append")
@@ -243,3 +267,202 @@ def test_export_of_a_full_text_query_writes_the_messages_whose_body_matches(
         report = export(store, plan, "mbox", dest, page=1)
     assert listed == {"from-lines@example.org"} and report.messages == 1
     assert [raw for _, raw in iter_mbox(dest, mboxrd=True)] == [MESSAGES["from-lines"]]
+
+
+# --- where DEST points: pipeline.destination's rule -------------------------------
+
+
+def _mbox_of(filled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> bytes:
+    """What ``export '*'`` writes into a plain new file (to compare other DESTs with)."""
+    plain = tmp_path / "plain.mbox"
+    assert run(capsys, filled, "export", "*", str(plain))[0] == 0
+    return plain.read_bytes()
+
+
+def test_export_to_a_symlink_writes_through_to_its_target(
+    filled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = _mbox_of(filled, tmp_path, capsys)
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "box.mbox"
+    target.write_bytes(b"")
+    target.chmod(0o640)
+    link = tmp_path / "link.mbox"
+    link.symlink_to(target)
+    code, _, err = run(capsys, filled, "export", "*", str(link))
+    assert code == 0, err
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_bytes() == expected
+    assert target.stat().st_mode & 0o777 == 0o640  # (replaced, keeping its mode)
+    assert sorted(p.name for p in target.parent.iterdir()) == ["box.mbox"]  # no temporary
+    # --append adds to the target in place, the link still a link
+    assert run(capsys, filled, "export", "id:plain@example.org", str(link), "--append")[0] == 0
+    assert link.is_symlink() and target.read_bytes().startswith(expected)
+    assert len(list(iter_mbox(target))) == 8
+
+
+def test_export_to_a_dangling_symlink_is_refused_and_creates_nothing(
+    filled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    link = tmp_path / "link.mbox"
+    link.symlink_to(tmp_path / "nowhere.mbox")
+    code, out, err = run(capsys, filled, "export", "*", str(link))
+    assert code == 2 and out == ""
+    assert f"{link}: a symlink to {tmp_path / 'nowhere.mbox'}, which does not exist" in err
+    assert link.is_symlink() and not (tmp_path / "nowhere.mbox").exists()
+    code, _, err = run(capsys, filled, "export", "*", str(link), "--format=maildir")
+    assert code == 2 and "does not exist" in err and not (tmp_path / "nowhere.mbox").exists()
+
+
+def test_export_into_a_missing_directory_exits_2_naming_the_path_given(
+    filled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for fmt in ("mbox", "maildir"):
+        dest = tmp_path / "no" / "such" / "out"
+        code, out, err = run(capsys, filled, "export", "*", str(dest), f"--format={fmt}")
+        assert code == 2 and out == ""
+        assert err == f"mailledger: {dest}: no such directory: {dest.parent}\n"
+        assert not (tmp_path / "no").exists()
+
+
+def test_export_to_dash_writes_the_mbox_to_stdout_and_the_report_to_stderr(
+    filled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = _mbox_of(filled, tmp_path, capsys)
+    argv = [sys.executable, "-m", "pipeline", "--store", str(filled), "export", "*", "-"]
+    proc = subprocess.run(argv, capture_output=True, cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == expected
+    assert b"exported 7 messages" in proc.stderr
+    assert not (tmp_path / "-").exists()
+    proc = subprocess.run([*argv, "--json"], capture_output=True, cwd=tmp_path, check=False)
+    assert proc.stdout == expected and json.loads(proc.stderr.splitlines()[0])["messages"] == 7
+    # /dev/stdout (a link to the pipe stdout is) is streamed into, the report aside
+    argv[-1] = "/dev/stdout"
+    proc = subprocess.run(argv, capture_output=True, cwd=tmp_path, check=False)
+    assert proc.returncode == 0 and proc.stdout == expected
+    assert b"exported 7 messages" in proc.stderr
+    # a file named "-" is ./-
+    assert run(capsys, filled, "export", "*", str(tmp_path / "-"))[0] == 0
+    assert (tmp_path / "-").read_bytes() == expected
+    code, _, err = run(capsys, filled, "export", "*", "-", "--format=maildir")
+    assert code == 2 and "stdout" in err
+
+
+def test_export_into_a_fifo_streams_to_its_reader_and_leaves_the_fifo(
+    filled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = _mbox_of(filled, tmp_path, capsys)
+    (tmp_path / "o").mkdir()
+    fifo = tmp_path / "o" / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    code, _, err = run(capsys, filled, "export", "*", str(fifo))
+    reader.join(timeout=30)
+    assert code == 0, err
+    assert got == [expected]
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert [p.name for p in fifo.parent.iterdir()] == ["pipe"]  # (no temporary beside it)
+
+
+def test_export_to_a_character_device_writes_through_it_and_leaves_it(
+    filled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = os.stat("/dev/null")
+    (tmp_path / "o").mkdir()
+    link = tmp_path / "o" / "out"
+    link.symlink_to("/dev/null")  # (as /dev/stdout is a link to a device or a pipe)
+    for dest in ("/dev/null", str(link)):
+        code, out, err = run(capsys, filled, "export", "*", dest)
+        assert code == 0, err
+        assert "exported 7 messages" in out
+        after = os.stat("/dev/null")
+        assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
+        assert after.st_ino == before.st_ino
+    assert link.is_symlink() and [p.name for p in link.parent.iterdir()] == ["out"]
+
+
+def test_a_socket_is_refused(
+    filled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    short = Path(tempfile.mkdtemp(prefix="ml-"))  # (a socket's path has a length limit)
+    try:
+        path = short / "s"
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(str(path))
+            code, _, err = run(capsys, filled, "export", "*", str(path))
+            assert code == 2 and f"{path}: a socket" in err
+            assert stat.S_ISSOCK(os.lstat(path).st_mode)
+    finally:
+        shutil.rmtree(short)
+
+
+def test_a_maildir_through_a_symlink_is_written_into_its_target(
+    filled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "real").mkdir()
+    link = tmp_path / "md"
+    link.symlink_to(tmp_path / "real", target_is_directory=True)
+    code, _, err = run(capsys, filled, "export", "*", str(link), "--format=maildir")
+    assert code == 0, err
+    assert link.is_symlink() and len(list((tmp_path / "real" / "cur").iterdir())) == 7
+    # a Maildir's DEST that is a file, a FIFO or a device is refused
+    os.mkfifo(tmp_path / "pipe")
+    for dest in (str(tmp_path / "pipe"), "/dev/null"):
+        code, _, err = run(capsys, filled, "export", "*", dest, "--format=maildir")
+        assert code == 2 and f"{dest}: not a directory" in err
+
+
+@pytest.mark.corpus
+def test_every_stored_body_round_trips_through_an_mbox_without_options(
+    notmuch_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The notmuch corpus holds Message-IDs seen with several contents (its
+    duplicate/ folder): every one is exported, and `import mbox` with no option
+    gives back the same set of sha256 (its >From lines and its message without a
+    last newline included)."""
+    source = tmp_path / "source"
+    assert run(capsys, source, "import", "maildir", str(notmuch_corpus))[0] == 0
+    with MessageStore.open(source, clock=StepClock(), run_id="x") as s:
+        seen = "SELECT DISTINCT sha256 FROM events WHERE type = 'message-seen'"
+        bodies = set(s.query(seen).column(0).to_pylist())
+        ids = len(s.message_ids())
+    assert len(bodies) > ids  # (the corpus has variants)
+    box = tmp_path / "all.mbox"
+    code, out, err = run(capsys, source, "export", "*", str(box), "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["messages"] == len(bodies) and report["variants"] == len(bodies) - ids
+    assert b"\n>From " in box.read_bytes()  # (quoting had work to do)
+    again = tmp_path / "again"
+    code, out, err = run(capsys, again, "import", "mbox", str(box), "--json")
+    assert code == 0, err
+    with MessageStore.open(again, clock=StepClock(), run_id="x") as s:
+        assert set(s.query(seen).column(0).to_pylist()) == bodies
+        assert s.verify() == []
+    code, out, _ = run(
+        capsys, source, "export", "*", str(tmp_path / "one.mbox"), "--json", "--one-per-id"
+    )
+    assert code == 0 and json.loads(out)["messages"] == ids
+    md = tmp_path / "md"
+    code, out, _ = run(capsys, source, "export", "*", str(md), "--format=maildir", "--json")
+    assert code == 0 and len(list((md / "cur").iterdir())) == len(bodies)
+
+
+def test_a_message_deleted_and_seen_again_exports_only_what_was_seen_since(
+    store: MessageStore, tmp_path: Path
+) -> None:
+    """Variants are the contents seen under the id since its record was stored:
+    one dropped with a deleted copy (and erased by a purge) is not asked for."""
+    first = _mail(1, "again", b"first\n")
+    store.add("u1", first)
+    store.add("u2", first.replace(b"To:", b"X-Copy: 2\nTo:"))  # (a variant, then deleted)
+    assert store.delete("again@example.org", reason="handled")
+    later = first.replace(b"first", b"later")
+    store.add("u3", later)
+    store.add("u4", later + b"\n-- \nsig\n")
+    report = export(store, compile_query(parse("*", now=NOW)), "mbox", tmp_path / "a.mbox")
+    assert report.errors == [] and (report.messages, report.variants) == (2, 1)
+    assert [r for _, r in iter_mbox(tmp_path / "a.mbox")] == [later, later + b"\n-- \nsig\n"]
