@@ -27,8 +27,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             raise UsageError(f"{root}: no cluster here yet: --shards N creates one")
         catalog, added = cluster.init_cluster(root, args.shards, _configured_accounts(args))
         for account in added:
-            print(f"{account} -> {catalog.shard_of(account)}")
-        print(
+            output.echo(f"{account} -> {catalog.shard_of(account)}")
+        output.echo(
             f"cluster {root}: {len(catalog.shards)} shards, {len(catalog.accounts)} accounts"
             f" ({len(added)} added), catalog generation {catalog.generation}"
         )
@@ -50,7 +50,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     rows = [[s.shard, s.accounts, s.messages, s.seq, s.epoch, s.holder or None] for s in shards]
     cols = ["shard", "accounts", "messages", "events", "epoch", "epoch taken by"]
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
-    print(output.format_table(cols, rows, width))
+    output.echo(output.format_table(cols, rows, width), newlines=True)
     return EXIT_OK
 
 

@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         changed = install_changed()
         if changed is None:
             raise
-        print(f"mailledger: error: {changed} ({exc})", file=sys.stderr)
+        output.echo(f"mailledger: error: {changed} ({exc})", file=sys.stderr)
         return EXIT_ERROR
     except Exception as exc:
         import duckdb

@@ -209,6 +209,15 @@ COMMANDS: dict[str, Callable[[Hostile], list[Row]]] = {
         (("cursor", "log", "plain", FOLDER), 0, "cursor=-->1"),
         (("cursor", "log", "plain", f"none{CLEAR}"), 0, "none␛[2J"),
     ],
+    "cluster": lambda h: [
+        (
+            ("cluster", "init", S(h.tmp / f"c{CLEAR}"), "--shards", "2", "--config", S(h.config)),
+            0,
+            "cluster " + S(h.tmp / "c␛[2J"),
+        ),
+        (("cluster", "status", S(h.tmp / f"c{CLEAR}")), 0, "shard-001"),
+        (("cluster", "status", S(h.tmp / f"none{TITLE}")), 1, "none␛]0;owned␇"),
+    ],
     "completion": lambda h: [(("completion", "bash"), 0, None)],
     "man": lambda h: [(("man",), 0, None)],
 }
