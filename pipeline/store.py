@@ -67,6 +67,7 @@ class MessageStore:
         self.blobs = BlobStore(self.root / "blobs")
         self.projector = Projector(self.root, self.log, self.blobs)
         self.epoch: int | None = None  # the writer epoch taken (``take_epoch``), if any
+        self.producer: str | None = None  # ... and whose: None for the store's own
 
     # -- lifecycle ------------------------------------------------------------
     @classmethod
@@ -129,16 +130,22 @@ class MessageStore:
         """
         with self.projector.hold():
             table = self.log.append(
-                events, before_commit=self.blobs.flush, epoch=self.epoch, compare_cursors=True
+                events,
+                before_commit=self.blobs.flush,
+                epoch=self.epoch,
+                producer=self.producer,
+                compare_cursors=True,
             )
             self.projector.committed(table, fold=apply)
             return table
 
-    def take_epoch(self, holder: str) -> int:
-        """Make this store object the store's one committer (``stores.fence``): its
-        commits carry the new writer epoch, and any committer that took an earlier
-        one is refused from now on (StaleEpochError), whatever a scheduler thinks."""
-        self.epoch = self.log.take_epoch(holder)
+    def take_epoch(self, holder: str, producer: str | None = None) -> int:
+        """Make this store object the store's one committer (``stores.fence``), or
+        ``producer``'s (an account, in a cluster's sync): its commits carry the new
+        writer epoch, and any committer that took an earlier one is refused from now
+        on (StaleEpochError), whatever a scheduler thinks."""
+        self.epoch = self.log.take_epoch(holder, producer)
+        self.producer = producer
         return self.epoch
 
     def catch_up(self) -> int:

@@ -31,6 +31,7 @@ protocol must not read the projections behind the projector's back.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -79,42 +80,56 @@ class Fence:
         self._cursors: dict[tuple[str, str], Cursor] | None = None
         self._cursors_seq = -1  # the seq the kept cursors reflect (-1: not loaded)
 
-    @property
-    def _epoch_file(self) -> Path:
-        return self.root / "epoch.json"
+    def _epoch_file(self, producer: str | None) -> Path:
+        if producer is None:
+            return self.root / "epoch.json"
+        # (a name of the producer's own: account names may hold any character)
+        return self.root / "epochs" / f"{hashlib.sha256(producer.encode()).hexdigest()[:32]}.json"
 
     @property
     def _cursor_file(self) -> Path:
         return self.root / "cursors.json"
 
     # -- the writer epoch ---------------------------------------------------------
-    def current(self) -> Holder:
-        """The store's writer epoch (0: nobody ever took one)."""
+    def current(self, producer: str | None = None) -> Holder:
+        """The writer epoch (0: nobody ever took one) of the store, or of ``producer``."""
+        path = self._epoch_file(producer)
         try:
-            meta = json.loads(self._epoch_file.read_bytes())
+            meta = json.loads(path.read_bytes())
         except FileNotFoundError:
             return Holder(0, "")
         except (OSError, ValueError) as exc:
-            raise LogIntegrityError(f"{self._epoch_file}: unreadable writer epoch: {exc}") from exc
+            raise LogIntegrityError(f"{path}: unreadable writer epoch: {exc}") from exc
         return Holder(int(meta["epoch"]), str(meta.get("holder", "")))
 
-    def take(self, holder: str) -> int:
+    def take(self, holder: str, producer: str | None = None) -> int:
         """Bump the epoch for a new committer (under the writer lock); returns it.
         Durable before it returns: a committer that took an epoch is never handed
-        the same number again, whatever crashes."""
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        epoch = self.current().epoch + 1
-        data = json.dumps({"epoch": epoch, "holder": holder}) + "\n"
-        replace_file(self._epoch_file, data.encode(), durable=True)
+        the same number again, whatever crashes.
+
+        ``producer``: the epoch of one producer rather than the store's, as Kafka
+        keys a producer's epoch by its transactional id. A cluster's sync task
+        takes its account's: a second attempt at the same account (a task Dask
+        started again while the first was paused, a second ``sync`` run) fences the
+        first, and tasks of other accounts on the same shard go on committing."""
+        path = self._epoch_file(producer)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        epoch = self.current(producer).epoch + 1
+        meta = {"epoch": epoch, "holder": holder}
+        if producer is not None:
+            meta["producer"] = producer
+        replace_file(path, (json.dumps(meta) + "\n").encode(), durable=True)
         return epoch
 
-    def check_epoch(self, epoch: int | None, events: int) -> int:
-        """The store's epoch, to stamp on the commit; refuses a committer whose
-        ``epoch`` is no longer it (None: a committer that took no epoch)."""
-        now = self.current()
+    def check_epoch(self, epoch: int | None, events: int, producer: str | None = None) -> int:
+        """The epoch to stamp on the commit; refuses a committer whose ``epoch`` (of
+        the store, or of ``producer``) is no longer the current one (None: a
+        committer that took no epoch)."""
+        now = self.current(producer)
         if epoch is not None and epoch != now.epoch:
+            whose = "the store's" if producer is None else f"{producer}'s"
             raise StaleEpochError(
-                f"{self.root.parent}: writer epoch {epoch} is stale, the store's is"
+                f"{self.root.parent}: writer epoch {epoch} is stale, {whose} is"
                 f" {now.epoch} (taken by {now.holder or 'another committer'});"
                 f" the batch of {events} events is discarded"
             )

@@ -47,6 +47,7 @@ from stores.log.files import (
     EPOCH_KEY,
     FIRST_KEY,
     LAST_KEY,
+    PRODUCER_KEY,
     VERSION_KEY,
     Listing,
     LogDirectory,
@@ -136,12 +137,12 @@ class EventLog:
         finally:
             os.close(fd)  # closing releases the flock
 
-    def take_epoch(self, holder: str) -> int:
-        """Become the store's one committer: bump its writer epoch (``stores.fence``)
-        and return it, to pass to every ``append``. A committer that took an
-        earlier epoch is refused from then on."""
+    def take_epoch(self, holder: str, producer: str | None = None) -> int:
+        """Become the store's one committer (or ``producer``'s): bump the writer epoch
+        (``stores.fence``) and return it, to pass to every ``append``. A committer
+        that took an earlier epoch is refused from then on."""
         with self.lock():
-            return self.fence.take(holder)
+            return self.fence.take(holder, producer)
 
     # -- writing ------------------------------------------------------------
     def append(
@@ -150,17 +151,19 @@ class EventLog:
         *,
         before_commit: Callable[[], object] | None = None,
         epoch: int | None = None,
+        producer: str | None = None,
         compare_cursors: bool = False,
     ) -> pa.Table:
         """Commit ``events`` as one atomic batch; returns the committed rows (with seq).
 
         ``before_commit`` (a callable) runs under the lock just before the file
         becomes visible; the store uses it to make the batch's blobs durable.
-        ``epoch``: the writer epoch this committer took (``take_epoch``): a stale
-        one is refused (StaleEpochError). ``compare_cursors``: a batch whose cursor
-        events start from a cursor that has moved is refused too (CursorMovedError;
-        off for a test or a tool writing a log of any events). Either way nothing
-        of the batch is written (``stores.fence``).
+        ``epoch``: the writer epoch this committer took (``take_epoch``, of the store
+        or of ``producer``): a stale one is refused (StaleEpochError).
+        ``compare_cursors``: a batch whose cursor events start from a cursor that has
+        moved is refused too (CursorMovedError; off for a test or a tool writing a
+        log of any events). Either way nothing of the batch is written
+        (``stores.fence``).
         """
         events = batch_of(events)  # an event read back from the log is never appended again
         if not events:
@@ -179,7 +182,7 @@ class EventLog:
             self._remove_covered(listing.every, files)
             first = (files[-1].last if files else 0) + 1
             # the fence first: a refused batch writes nothing, not even its blobs
-            stamp = self.fence.check_epoch(epoch, len(events))
+            stamp = self.fence.check_epoch(epoch, len(events), producer)
             cursors = None
             if compare_cursors:
                 cursors = self.fence.check_cursors(
@@ -189,7 +192,7 @@ class EventLog:
             if before_commit is not None:
                 before_commit()
             last = first + len(events) - 1
-            self._write(table, first, last, [f.name for f in files], epoch=stamp)
+            self._write(table, first, last, [f.name for f in files], epoch=stamp, producer=producer)
             self.fence.committed(cursors, last)
             self._remember(file_name(first, last), table)
             self._merge_small([*files, LogFile(first, last, self.root, file_name(first, last))])
@@ -252,11 +255,13 @@ class EventLog:
         present: Sequence[str] | None = None,
         *,
         epoch: int | None = None,
+        producer: str | None = None,
         replace: bool = False,
     ) -> Path:
         """Write ``table`` as the file of seqs ``first``..``last``. ``present``: the
         other log files as the caller listed them under the lock (None: list them).
-        ``epoch``: the writer epoch stamped on it (None: the store's). The file is
+        ``epoch``: the writer epoch stamped on it (None: the store's), with the
+        ``producer`` whose epoch it is, if any. The file is
         created only if absent, unless ``replace`` (a purge's rewrite of its rows)."""
         self._recent.pop(file_name(first, last), None)  # (a rewrite: other rows now)
         if epoch is None:
@@ -268,6 +273,8 @@ class EventLog:
             VERSION_KEY: str(SCHEMA_VERSION).encode(),
             EPOCH_KEY: str(epoch).encode(),
         }
+        if producer is not None:
+            meta[PRODUCER_KEY] = producer.encode()
         table = table.replace_schema_metadata({**(SCHEMA.metadata or {}), **meta})
         final = self.root / file_name(first, last)
         # No ".parquet" suffix: a crashed writer's file must not match the

@@ -16,6 +16,7 @@ __all__ = [
     "EPOCH_KEY",
     "FIRST_KEY",
     "LAST_KEY",
+    "PRODUCER_KEY",
     "VERSION_KEY",
     "Listing",
     "LogDirectory",
@@ -31,6 +32,7 @@ FIRST_KEY = b"mailledger.first_seq"
 LAST_KEY = b"mailledger.last_seq"
 VERSION_KEY = b"mailledger.schema_version"
 EPOCH_KEY = b"mailledger.epoch"  # the writer epoch of the committer (stores.fence)
+PRODUCER_KEY = b"mailledger.producer"  # whose epoch it is, when not the store's
 # how long after its last change a directory's listing may be kept (see ``listed``)
 _SETTLED_NS = 2_000_000_000
 

@@ -13,7 +13,7 @@ import pytest
 from pipeline.store import MessageStore
 from stores.errors import CursorMovedError, FencedError, LogIntegrityError, StaleEpochError
 from stores.events import CursorMoved, Event, UidvalidityChanged
-from stores.log.files import EPOCH_KEY
+from stores.log.files import EPOCH_KEY, PRODUCER_KEY
 from tests.conftest import StepClock
 
 
@@ -57,6 +57,28 @@ def test_a_committer_whose_epoch_was_taken_is_refused_and_writes_nothing(tmp_pat
         assert pq.read_schema(newest.path).metadata[EPOCH_KEY] == b"2"  # stamped
     with _open(root) as again:  # durable: the next committer gets a higher number
         assert again.take_epoch("third") == 3
+
+
+def test_a_producers_epoch_fences_only_its_own_earlier_attempts(tmp_path: Path) -> None:
+    """Kafka keys a producer's epoch by its transactional id; a cluster's sync task
+    by its account: tasks of two accounts on one shard commit side by side, and a
+    second attempt at one account fences the first."""
+    root = tmp_path / "store"
+    with _open(root) as a1, _open(root) as b1, _open(root) as a2:
+        assert a1.take_epoch("task a, attempt 1", producer="acct-a") == 1
+        assert b1.take_epoch("task b", producer="acct-b") == 1
+        a1.add("u1", _raw(1))
+        b1.add("u2", _raw(2))  # another account: not fenced by a1
+        assert a2.take_epoch("task a, attempt 2", producer="acct-a") == 2
+        with pytest.raises(StaleEpochError, match=r"acct-a's is 2 \(taken by task a, attempt 2"):
+            a1.add("u3", _raw(3))
+        b1.add("u4", _raw(4))
+        a2.add("u3", _raw(3))
+        assert a1.log.fence.current().epoch == 0  # the store's own epoch: untouched
+        assert sorted(a2.message_ids()) == [f"m{i}@example.org" for i in (1, 2, 3, 4)]
+        newest = a2.log.files()[-1]
+        meta = pq.read_schema(newest.path).metadata
+        assert (meta[EPOCH_KEY], meta[PRODUCER_KEY]) == (b"2", b"acct-a")
 
 
 def test_a_writer_that_took_no_epoch_is_serialized_by_the_lock_alone(tmp_path: Path) -> None:

@@ -198,10 +198,11 @@ def test_purge_rebuilds_the_projection_file_from_scratch(
     assert store.projector.db_path.stat().st_ino != old
     names = sorted(p.name for p in store.root.iterdir())
     # (the cursor snapshot and the full-text index are projections too: rewritten by
-    # the rebuild)
+    # the rebuild; fence/ holds the commit protocol's writer epoch and cursors)
     assert names == [
         "blobs",
         "cursors.json",
+        "fence",
         "fulltext.sqlite",
         "log",
         "projections.duckdb",
