@@ -66,6 +66,13 @@ def global_options(parser: argparse.ArgumentParser, *, after_command: bool) -> N
         help="TOML config file (default: $XDG_CONFIG_HOME/mailledger/config.toml, read"
         " where it exists)",
     ).complete_kind = "FILE"
+    g.add_argument(  # type: ignore[attr-defined]
+        "--cluster",
+        type=Path,
+        metavar="DIR",
+        default=default(None),
+        help="a cluster of shards (mailledger cluster init) rather than one store",
+    ).complete_kind = "DIRECTORY"
     g.add_argument(
         "--memory",
         metavar="SIZE",

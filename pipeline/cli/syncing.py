@@ -155,6 +155,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
 
+    if args.cluster is not None:
+        return _cluster_sync(args, config, opts, emit, only, metrics_file)
     code = EXIT_OK
     first = True
     while True:
@@ -186,6 +188,45 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return code
 
 
+def _cluster_sync(
+    args: argparse.Namespace,
+    config: Config,
+    opts: SyncOptions,
+    emit: Callable[..., None],
+    only: set[str] | None,
+    metrics_file: Path | None,
+) -> int:
+    """``--cluster DIR sync``: one Dask task per account (``pipeline.cluster.sync``)."""
+    if args.watch or opts.measure:
+        raise UsageError("--watch and --measure are not supported with --cluster yet")
+    from pipeline.cluster.sync import sync_cluster
+
+    report = sync_cluster(
+        args.cluster,
+        config,
+        opts,
+        run_id=args.app.run_id,
+        emit=emit,
+        only=only,
+        scheduler=args.scheduler,
+        local_workers=args.local_workers,
+        connections_per_host=args.connections_per_host,
+    )
+    code = exit_code(report)
+    emit(
+        f"{'sync' if opts.apply else 'dry-run'} cluster={args.cluster} run={report.run_id}"
+        f" accounts={len(report.accounts)} errors={report.errors} alarms={len(report.alarms)}"
+        f" balanced={report.balanced} exit={code}",
+        failed=code != EXIT_OK,
+    )
+    result = with_exit(report.as_dict(), code)
+    if metrics_file and opts.apply:
+        _write_metrics(args, metrics_file, result, succeeded=not report.failed)
+    if args.json:
+        output.print_json(result)
+    return code
+
+
 def add_sync(subs: Any) -> None:
     p = add_command(
         subs,
@@ -213,4 +254,21 @@ def add_sync(subs: Any) -> None:
         " connection), parse and store bodies (default 2; 0: none, one connection)",
     )
     p.add_argument("--metrics-file", type=Path, help="Prometheus textfile to write")
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="--cluster: the Dask scheduler (tcp://HOST:8786; default: an embedded one)",
+    )
+    p.add_argument(
+        "--local-workers",
+        type=int,
+        metavar="N",
+        help="--cluster: worker processes of the embedded Dask cluster (default: 4 at most)",
+    )
+    p.add_argument(
+        "--connections-per-host",
+        type=int,
+        metavar="N",
+        help="--cluster: at most N accounts syncing from one server at once",
+    )
     p.add_argument("--json", action="store_true", help="print the run report as JSON")
