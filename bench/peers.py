@@ -115,18 +115,48 @@ class Indexed:
     total_bytes: int
 
 
+_PR_SET_CHILD_SUBREAPER = 36  # prctl(2), Linux
+
+
 def _cpu() -> float:
     """User + system seconds of every child this process waited for, so far."""
     u = resource.getrusage(resource.RUSAGE_CHILDREN)
     return u.ru_utime + u.ru_stime
 
 
+def _measured(cmd: list[str], env: dict[str, str] | None) -> tuple[float, float, float, int]:
+    """(wall s, CPU s, peak RSS MiB of the tree, exit code) of one whole command.
+
+    The CPU is user + system of the command and every process under it. Those
+    only its own children reaped are not enough: mailledger's import workers
+    are children of a multiprocessing forkserver, which outlives the command,
+    orphaned, and is reaped by init with their CPU (half of an import's). So
+    this process is made a child subreaper for the run: the orphans come here,
+    and are waited for here, their CPU with them.
+    """
+    import ctypes
+
+    import psutil
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    before = {p.pid for p in psutil.Process().children()}
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    try:
+        cpu0 = _cpu()
+        wall, rss, code = run_measured(cmd, env)
+        for orphan in psutil.Process().children():
+            if orphan.pid not in before:
+                os.waitpid(orphan.pid, 0)
+        cpu = _cpu() - cpu0
+    finally:
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+    return wall, cpu, rss, code
+
+
 def _index(peer: _Peer, maildir_bytes: int) -> Indexed:
     peer.setup()
     os.sync()  # the previous command's dirty pages are nobody's index time
-    cpu0 = _cpu()
-    wall, rss, code = run_measured(peer.index_command(), peer.env)
-    cpu = _cpu() - cpu0
+    wall, cpu, rss, code = _measured(peer.index_command(), peer.env)
     index = peer.index_bytes()
     total = peer.store_bytes() if isinstance(peer, _Mailledger) else index + maildir_bytes
     return Indexed(peer.name, wall, cpu, rss, code, index, total)

@@ -41,9 +41,10 @@ REASONS: dict[str, str] = {
     " word is not stemmed and the counts agree.",
     "names": "issue 36: notmuch's bare words also match the From/To/Cc names and"
     " addresses; mailledger's match the subject and the body only.",
-    "dup-id": "two different files with one Message-ID: notmuch indexes the words of"
-    " both under the one message, mailledger those of the first file it stored"
-    " (the first `message-seen` of an id wins).",
+    "dup-id": "two different files with one Message-ID: notmuch indexes the words and"
+    " recipients of both under the one message (mu counts either file's size),"
+    " mailledger those of the first file it stored (the first `message-seen` of an"
+    " id wins).",
 }
 """Why a probe's counts differ on purpose, by the key a probe names."""
 
@@ -133,12 +134,14 @@ def probes(sample: Sample) -> list[Probe]:
             "to:alex@home.example.net",
             "to:alex@home.example.net",
             "recip:alex@home.example.net",
+            _DUP,
         ),
         Probe(
             "cc: address (To and Cc)",
             "cc:alex@home.example.net",
             "to:alex@home.example.net",
             "recip:alex@home.example.net",
+            _DUP,
         ),
         Probe("subject: word", "subject:release", "subject:release", "subject:release"),
         Probe(
@@ -204,7 +207,7 @@ def probes(sample: Sample) -> list[Probe]:
             "date:..2023-12-31",
             "date:..2023-12-31",
         ),
-        Probe("size: range", "size:10k..12k", None, "size:10k..12k"),
+        Probe("size: range", "size:10k..12k", None, "size:10k..12k", _DUP),
         Probe("folder: Maildir++ folder", "folder:Archive", "folder:.Archive", "maildir:/.Archive"),
         Probe("folder: the root", "folder:INBOX", 'folder:""', "maildir:/"),
         Probe("folder: prefix", "folder:lists*", 'folder:"/^\\.lists/"', "maildir:/.lists*"),
@@ -252,6 +255,7 @@ def probes(sample: Sample) -> list[Probe]:
             '"the release" -has:attachment date:2024..',
             '"the release" AND NOT tag:attachment AND date:2024..',
             '"the release" AND NOT flag:attach AND date:2024..',
+            _DUP,
         ),
     ]
 
