@@ -37,10 +37,21 @@ fuzz: venv
 replay: venv
 	$(BIN)/mailledger --store $(STORE) replay
 
-# Both benchmarks: import / replay / lookups (bench.run), then the IMAP sync against
-# mbsync on a loopback Dovecot (bench.sync_bench; isync and dovecot from apt-get
-# when run as root and missing). SYNC_BENCH_ARGS="--runs 1" for a quick one.
+# notmuch and mu, which bench.run and bench.scale index the corpus with beside mailledger
+# (bench.peers): from apt-get when run as root and missing; without them, their columns
+# are left out with a line saying so.
+PEERS_INSTALL = if { ! command -v notmuch || ! command -v mu; } >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "$@: installing notmuch and maildir-utils (mu) to compare with" >&2; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq notmuch maildir-utils) >/dev/null 2>&1 || true; \
+	fi
+
+# Both benchmarks: import / replay / lookups, then notmuch new, mu index and mailledger
+# import side by side with the search language's counts against notmuch's (bench.run),
+# then the IMAP sync against mbsync on a loopback Dovecot (bench.sync_bench; isync and
+# dovecot from apt-get when run as root and missing). SYNC_BENCH_ARGS="--runs 1" for a
+# quick one; BENCH_ARGS="--no-peers" without notmuch and mu.
 bench: venv
+	@$(PEERS_INSTALL)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 	@if ! command -v mbsync >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 	  echo "bench: installing isync (mbsync) for the sync benchmark" >&2; \
@@ -54,11 +65,14 @@ bench: venv
 # apt-get when run as root and missing), or SCALE_ARGS="--no-sync". A quick one:
 # SCALE_ARGS="--sizes 2000,10000 --sync-messages 300 --data /tmp/bench-scale".
 # SCALE_ARGS="--reuse" measures the stores a previous run left, without importing them again.
+# Last, notmuch and mu beside mailledger on the smallest size's corpus (bench.peers;
+# "--peers-size N" for another, "--no-peers" for none).
 bench-scale: venv
 	@if [ ! -x /usr/sbin/dovecot ] && ! command -v dovecot >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 	  echo "bench-scale: installing dovecot for the sync figures" >&2; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dovecot-imapd dovecot-pop3d) >/dev/null 2>&1 || true; \
 	fi
+	@$(PEERS_INSTALL)
 	$(BIN)/python -m bench.scale $(SCALE_ARGS)
 
 # Issue 16, gate 1: 8 spawned writer processes append 2,000 commits to one local Delta

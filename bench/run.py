@@ -4,7 +4,11 @@ Every figure is measured in this one run and printed beside its target and a
 baseline measured here too (reading + hashing every file of the corpus, the
 floor any importer pays). Nothing here gates CI; it prints.
 
-    python -m bench.run [--messages 100000] [--data bench-data] [--seed 1]
+Then notmuch and mu beside mailledger on the same corpus (``bench.peers``):
+indexing it, and the counts of every field and operator of the search language
+against notmuch's (``--no-peers`` to skip).
+
+    python -m bench.run [--messages 100000] [--data bench-data] [--seed 1] [--no-peers]
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.fulltext import TARGETS as TEXT_TARGETS
+from bench.peers import compare
 from testkit.corpus import write_maildir
 
 __all__ = ["Lookups", "corpus", "lookups", "main"]
@@ -214,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=Path("bench-data"))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--samples", type=int, default=1000)
+    ap.add_argument("--no-peers", action="store_true", help="no notmuch / mu comparison")
     ns = ap.parse_args(argv)
 
     ns.data.mkdir(parents=True, exist_ok=True)
@@ -304,7 +310,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{key:28} {value:12.3f} {op + ' ' + str(target):>12}  {ratio:5.2f}x "
             f"{'ok' if ok else 'MISSED'}"
         )
-    print(json.dumps({"figures": figures}), file=sys.stderr if os.isatty(1) else sys.stdout)
+    peers = None if ns.no_peers else compare(maildir, ns.data / "peers")
+    print(
+        json.dumps({"figures": figures, "peers": peers}),
+        file=sys.stderr if os.isatty(1) else sys.stdout,
+    )
     return 0
 
 

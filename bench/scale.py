@@ -13,6 +13,7 @@ it prints, and a one-line JSON of every figure comes last, for a note to quote.
 
     python -m bench.scale [--sizes 100000,1000000] [--data bench-data]
         [--sync-messages 10000] [--replay-args "--memory 1GiB"] [--no-sync] [--reuse]
+        [--peers-size N | --no-peers]
 
 The corpus of each size (``testkit.corpus``, seed 1) is generated once under
 ``--data`` and reused by later runs (``bench.run`` shares the 100,000 one). The
@@ -23,6 +24,11 @@ corpus and 7 GB of store (and 5 GB more for the copy while the syncs run), and
 hours on two cores. ``--reuse`` measures the stores an earlier run left (or any
 store put at ``DATA/store-N-SEED``) without importing them again: every figure
 but the import's, which is then not printed.
+
+Last, notmuch and mu beside mailledger on the corpus of the smallest size
+(``bench.peers``; ``--peers-size N`` for another, ``--no-peers`` for none):
+indexing it as whole commands, and the counts of every field and operator of
+the search language against notmuch's.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.peers import compare
 from bench.run import corpus, lookups
 from bench.search_bench import sample_rows, search_figures
 from bench.sync_bench import (
@@ -650,6 +657,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="measure the stores an earlier run left under --data (no import figures)",
     )
+    ap.add_argument(
+        "--peers-size",
+        type=int,
+        help="the corpus notmuch and mu index beside mailledger (default: the smallest size)",
+    )
+    ap.add_argument("--no-peers", action="store_true", help="no notmuch / mu comparison")
     ns = ap.parse_args(argv)
     ns.sample = None  # (the first size's lookup sample, asked again at the others)
     ns.search_sample = None  # (likewise for the search queries)
@@ -688,6 +701,11 @@ def main(argv: list[str] | None = None) -> int:
         f" after {ns.command_timeout:.0f} s), '?' a verdict it leaves open"
     )
     judged = _table(rows, sizes)
+    peers = None
+    if not ns.no_peers:
+        n = ns.peers_size or ns.sizes[0]
+        print(f"\nnotmuch and mu beside mailledger on the corpus of {n:,} messages:")
+        peers = compare(corpus(ns.data, n, ns.seed), ns.data / "peers")
     print(
         json.dumps(
             {
@@ -698,6 +716,7 @@ def main(argv: list[str] | None = None) -> int:
                 "units": {str(m.n): m.units for m in sizes},
                 "lower_bounds": {str(m.n): sorted(m.lower) for m in sizes},
                 **judged,
+                "peers": peers,
             }
         )
     )
