@@ -91,6 +91,14 @@ delta-spike: venv
 torture: venv
 	$(BIN)/python -m torture $(TORTURE_ARGS)
 
+# Issue 34, gate 1: fencing under chaos. One shard, four accounts synced by four
+# concurrent task processes; 100 trials kill -9 one of them at a random moment, 20
+# SIGSTOP one past its lease while a second attempt runs, then resume it: 0 lost,
+# 0 doubled, 0 seq gaps, cursors converge, the stale-epoch refusal seen
+# (torture/fencing.py). FENCING_ARGS="--trials 10 --pauses 4" for a quick one.
+fencing-chaos: venv
+	$(BIN)/python -m torture.fencing $(FENCING_ARGS)
+
 # The core sync scenarios (first, idle, new mail, move, UIDVALIDITY change, expunge,
 # read-only) against Cyrus IMAP 3.6 and Courier-IMAP 5.0 from Debian 12, unpacked with
 # dpkg-deb -x into bench-data/interop/ and run from there on loopback (they conflict
