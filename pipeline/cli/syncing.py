@@ -206,6 +206,7 @@ def _cluster_sync(
         config,
         opts,
         run_id=args.app.run_id,
+        env=args.env,
         emit=emit,
         only=only,
         scheduler=args.scheduler,

@@ -22,13 +22,15 @@ the same path: on several machines both must be there (a shared mount).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pipeline.cluster.catalog import Catalog
 from pipeline.config import Config
 from pipeline.reports import AccountReport, RunReport, SyncOptions
 
@@ -57,17 +59,19 @@ def sync_account_task(
     opts: SyncOptions,
     run_id: str,
     connections_per_host: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> TaskResult:
     """Sync ``account`` into the store at ``shard_path`` (run in a Dask worker).
 
     The worker's environment is the edge here: the config and the secrets are
-    resolved from it, as a plain ``sync`` resolves them from its own."""
+    resolved from it, as a plain ``sync`` resolves them from its own (``env``: the
+    driver's, when the task runs in the driver's process)."""
     from pipeline.bootstrap import App
     from pipeline.config import load_config
     from pipeline.sync.accounts import sync_accounts
     from stores.fence import holder_name
 
-    env = dict(os.environ)
+    env = dict(os.environ if env is None else env)
     config = load_config(Path(config_path), env)
     app = App(env)
     app.run_id = run_id  # (one run: the driver's id on every task's events)
@@ -151,6 +155,7 @@ def sync_cluster(
     opts: SyncOptions,
     *,
     run_id: str,
+    env: Mapping[str, str],
     emit: Callable[[str], None],
     only: set[str] | None = None,
     scheduler: str | None = None,
@@ -160,8 +165,6 @@ def sync_cluster(
 ) -> RunReport:
     """Sync the configured accounts of the cluster at ``root``, one task each; the
     run's report as a plain sync's (its counts balance per account)."""
-    from distributed import as_completed
-
     from pipeline.cluster.catalog import init_cluster
 
     if config.path is None:
@@ -171,35 +174,71 @@ def sync_cluster(
         emit(f"cluster: new account {account} -> {catalog.shard_of(account)}")
     names = [n for n in config.accounts if only is None or n in only]
     report = RunReport(run_id=run_id, applied=opts.apply)
-    with _client(scheduler, local_workers) as client:
-        futures = {}
+    args = {
+        n: _task_args(catalog, n, config.path, opts, run_id, connections_per_host) for n in names
+    }
+    if scheduler is None and (
+        local_workers == 0 or (local_workers is None and len(catalog.shards) == 1)
+    ):
+        # one shard and no scheduler named (one person's store as a cluster of one), or
+        # --local-workers 0: the tasks run here, one after another, as a plain sync
+        # runs its accounts; no Dask started, nothing it costs paid
         for name in names:
-            shard = catalog.shard_of(name)
-            fut = client.submit(
+            task = functools.partial(sync_account_task, **args[name], env=env)
+            _collect(report, name, task, emit)
+        return report
+    from distributed import as_completed
+
+    with _client(scheduler, local_workers) as client:
+        futures = {
+            client.submit(
                 sync_account_task,
-                str(catalog.shard_path(shard).resolve()),
-                shard,
-                name,
-                str(Path(config.path).resolve()),
-                opts,
-                run_id,
-                connections_per_host,
-                key=f"sync-{run_id}-{name}",
+                **args[n],
+                key=f"sync-{run_id}-{n}",
                 pure=False,
                 retries=retries,
-            )
-            futures[fut] = name
+            ): n
+            for n in names
+        }
         for fut in as_completed(futures):
-            name = futures[fut]
-            try:
-                done: TaskResult = fut.result()
-            except Exception as exc:  # the task failed after its retries: this account's error
-                ar = AccountReport(name=name, error=f"task failed: {type(exc).__name__}: {exc}")
-                report.accounts[name] = ar
-                emit(f"error {name}: {ar.error}")
-                continue
-            for line in done.lines:  # (as a plain sync prints them: -q keys on their start)
-                emit(line)
-            report.accounts[name] = done.report
-            report.alarms.extend(done.alarms)
+            _collect(report, futures[fut], fut.result, emit)
     return report
+
+
+def _task_args(
+    catalog: Catalog,
+    name: str,
+    config_path: Path,
+    opts: SyncOptions,
+    run_id: str,
+    connections_per_host: int | None,
+) -> dict[str, Any]:
+    """``sync_account_task``'s arguments for account ``name``."""
+    shard = catalog.shard_of(name)
+    return {
+        "shard_path": str(catalog.shard_path(shard).resolve()),
+        "shard": shard,
+        "account": name,
+        "config_path": str(Path(config_path).resolve()),
+        "opts": opts,
+        "run_id": run_id,
+        "connections_per_host": connections_per_host,
+    }
+
+
+def _collect(
+    report: RunReport, name: str, result: Callable[[], TaskResult], emit: Callable[[str], None]
+) -> None:
+    """One account's task result into the run's report (a task that failed after
+    its retries: that account's error, as a plain sync isolates failures)."""
+    try:
+        done = result()
+    except Exception as exc:
+        ar = AccountReport(name=name, error=f"task failed: {type(exc).__name__}: {exc}")
+        report.accounts[name] = ar
+        emit(f"error {name}: {ar.error}")
+        return
+    for line in done.lines:  # (as a plain sync prints them: -q keys on their start)
+        emit(line)
+    report.accounts[name] = done.report
+    report.alarms.extend(done.alarms)
