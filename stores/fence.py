@@ -74,9 +74,8 @@ class Fence:
     Every method but ``current`` is called under the writer lock (``EventLog``
     holds it while it commits)."""
 
-    def __init__(self, root: Path, *, durable: bool = True) -> None:
+    def __init__(self, root: Path) -> None:
         self.root = Path(root)
-        self.durable = durable
         self._cursors: dict[tuple[str, str], Cursor] | None = None
         self._cursors_seq = -1  # the seq the kept cursors reflect (-1: not loaded)
 
@@ -141,15 +140,17 @@ class Fence:
         events: Sequence[Event],
         last_seq: int,
         read_after: Callable[[int, Sequence[str]], pa.Table],
-    ) -> dict[tuple[str, str], Cursor] | None:
-        """The cursors after ``events`` commit on a log that ends at ``last_seq``
-        (None: the batch moves no cursor); refuses a batch one of whose cursor
-        events does not start where its folder's cursor stands (``CursorMovedError``).
-        ``read_after(seq, columns)``: the log's events after ``seq``."""
+    ) -> dict[tuple[str, str], Cursor]:
+        """The cursors after ``events`` commit on a log that ends at ``last_seq``;
+        refuses a batch one of whose cursor events does not start where its
+        folder's cursor stands (``CursorMovedError``). ``read_after(seq, columns)``:
+        the log's events after ``seq`` (read only where a writer that compares no
+        cursors committed since the file was last brought up to the log)."""
         moves = [e for e in events if isinstance(e, CursorMoved | UidvalidityChanged)]
+        cursors = self._up_to(last_seq, read_after)
         if not moves:
-            return None
-        cursors = dict(self._up_to(last_seq, read_after))
+            return cursors
+        cursors = dict(cursors)
         for e in moves:
             key = (e.source, e.folder)
             now = cursors.get(key)
@@ -165,7 +166,9 @@ class Fence:
 
     def committed(self, cursors: dict[tuple[str, str], Cursor] | None, last_seq: int) -> None:
         """Record the cursors a commit ending at ``last_seq`` left (from
-        ``check_cursors``; None: it moved none, and nothing is written)."""
+        ``check_cursors``; None: a commit that compared none, nothing is written).
+        Every comparing commit writes them, moved or not: the next commit, in this
+        process or another, then finds them at the log's end and reads no log."""
         if cursors is None:
             return
         self._cursors, self._cursors_seq = cursors, last_seq
@@ -174,7 +177,9 @@ class Fence:
             by_account.setdefault(account, {})[folder] = [uidvalidity, last_uid]
         data = json.dumps({"seq": last_seq, "cursors": by_account}, separators=(",", ":"))
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        replace_file(self._cursor_file, data.encode(), durable=self.durable)
+        # (derived: not fsynced, a commit's critical section is short; a copy lost or
+        # torn in a crash is rebuilt from the log, whose files are durable)
+        replace_file(self._cursor_file, data.encode(), durable=False)
 
     def cursor(self, account: str, folder: str) -> Cursor | None:
         """The folder's cursor as the fence last recorded it (None: none recorded),
@@ -186,14 +191,12 @@ class Fence:
     ) -> dict[tuple[str, str], Cursor]:
         """The cursors as the log stands at ``last_seq``: those recorded, brought up
         to it from the events after their seq."""
-        if self._cursors is None or self._cursors_seq > last_seq:
-            seq, cursors = self._load()
-        else:
-            seq, cursors = self._cursors_seq, self._cursors
+        if self._cursors is not None and self._cursors_seq == last_seq:
+            return self._cursors  # (this process made the last commit)
+        seq, cursors = self._load()
         if seq > last_seq:  # (a log restored from an older copy): from the start
             seq, cursors = 0, {}
         if seq < last_seq:
-            cursors = dict(cursors)
             _fold(cursors, read_after(seq, CURSOR_COLUMNS))
         self._cursors, self._cursors_seq = cursors, last_seq
         return cursors

@@ -84,7 +84,7 @@ class EventLog:
         self._dir = LogDirectory(self.root)
         self._checked = CheckedCache(self.root)
         # the commit protocol's writer epoch and cursors (beside the log: STORE/fence)
-        self.fence = Fence(self.root.parent / "fence", durable=durable)
+        self.fence = Fence(self.root.parent / "fence")
 
     # -- layout -------------------------------------------------------------
     def create(self) -> None:
@@ -156,8 +156,8 @@ class EventLog:
     ) -> pa.Table:
         """Commit ``events`` as one atomic batch; returns the committed rows (with seq).
 
-        ``before_commit`` (a callable) runs under the lock just before the file
-        becomes visible; the store uses it to make the batch's blobs durable.
+        ``before_commit`` (a callable) runs before the lock is taken, and so before
+        the file becomes visible; the store uses it to make the batch's blobs durable.
         ``epoch``: the writer epoch this committer took (``take_epoch``, of the store
         or of ``producer``): a stale one is refused (StaleEpochError).
         ``compare_cursors``: a batch whose cursor events start from a cursor that has
@@ -168,6 +168,12 @@ class EventLog:
         events = batch_of(events)  # an event read back from the log is never appended again
         if not events:
             return SCHEMA.empty_table()
+        # The critical section is the commit alone (four sync tasks of one shard wait
+        # on it in turn): the rows are built and the blobs made durable before the
+        # lock is taken; only the seq column is filled in under it.
+        rows = events_to_table(events, first_seq=0)
+        if before_commit is not None:
+            before_commit()
         with self.lock():
             # One listing for the whole append: under the lock no other writer adds,
             # merges or removes a file, so what it shows holds until this write (at
@@ -188,9 +194,9 @@ class EventLog:
                 cursors = self.fence.check_cursors(
                     events, first - 1, lambda seq, cols: read_after(files, seq, cols)
                 )
-            table = events_to_table(events, first_seq=first)
-            if before_commit is not None:
-                before_commit()
+            table = rows.set_column(
+                0, SCHEMA.field("seq"), pa.array(range(first, first + len(events)), pa.int64())
+            )
             last = first + len(events) - 1
             self._write(table, first, last, [f.name for f in files], epoch=stamp, producer=producer)
             self.fence.committed(cursors, last)

@@ -160,18 +160,25 @@ def test_a_task_run_twice_at_once_commits_once(tmp_path: Path) -> None:
         assert n.to_pylist() == [{"n": 2}]
 
 
-def test_a_commit_never_replaces_a_log_file(store: MessageStore) -> None:
-    """A writer that bypassed the lock (a lock lost on a network file system) and
-    wrote the same seqs first: the commit is refused, that file is left as it was."""
+def test_a_commit_never_replaces_a_log_file(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that bypassed the lock (a lock lost on a network file system: no
+    real part here loses one, so the other writer is planted inside the critical
+    section, after the listing) wrote the same seqs first: the commit is refused,
+    that file is left as it was."""
     store.add("u1", _raw(1))
     nxt = store.log.last_seq() + 1
     planted = store.log.root / f"{nxt:020d}-{nxt:020d}.parquet"
+    check_epoch = store.log.fence.check_epoch
 
-    def other_writer() -> None:
+    def other_writer_meanwhile(*args: object) -> int:
         planted.write_bytes(b"another writer's file")
+        return check_epoch(*args)  # type: ignore[arg-type]
 
+    monkeypatch.setattr(store.log.fence, "check_epoch", other_writer_meanwhile)
     with pytest.raises(LogIntegrityError, match="never replaces a log file"):
-        store.log.append([_moved(store, None, 1)], before_commit=other_writer)
+        store.log.append([_moved(store, None, 1)])
     assert planted.read_bytes() == b"another writer's file"
     assert not [p for p in store.log.root.iterdir() if p.name.startswith(".tmp-")]
 
