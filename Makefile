@@ -99,6 +99,11 @@ torture: venv
 fencing-chaos: venv
 	$(BIN)/python -m torture.fencing $(FENCING_ARGS)
 
+# Issue 34, gates 2 and 6 (bench/cluster_bench.py): commit latency of four fetchers
+# on one shard, and a one-shard cluster's sync against a plain store's, paired.
+bench-cluster: venv
+	$(BIN)/python -m bench.cluster_bench $(CLUSTER_BENCH_ARGS)
+
 # The core sync scenarios (first, idle, new mail, move, UIDVALIDITY change, expunge,
 # read-only) against Cyrus IMAP 3.6 and Courier-IMAP 5.0 from Debian 12, unpacked with
 # dpkg-deb -x into bench-data/interop/ and run from there on loopback (they conflict
