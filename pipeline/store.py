@@ -66,8 +66,7 @@ class MessageStore:
         self.log = EventLog(self.root / "log")
         self.blobs = BlobStore(self.root / "blobs")
         self.projector = Projector(self.root, self.log, self.blobs)
-        self.epoch: int | None = None  # the writer epoch taken (``take_epoch``), if any
-        self.producer: str | None = None  # ... and whose: None for the store's own
+        self.fenced: dict[str, Any] = {}  # the writer epoch taken (``take_epoch``)
 
     # -- lifecycle ------------------------------------------------------------
     @classmethod
@@ -92,16 +91,7 @@ class MessageStore:
             from pipeline.bootstrap import App
 
             clock = App({}).clock
-        store = cls(root, clock=clock, run_id=run_id or new_run_id(clock))
-        store.log.create()
-        store.blobs.create()
-        with contextlib.suppress(OSError):  # partial blobs of writers killed midway
-            store.blobs.clean_tmp()
-        store.projector.files.remove_dead()
-        if check:
-            store.log.check()
-        _warn_of_purge(store.purge_journal)
-        return store
+        return _opened(cls(root, clock=clock, run_id=run_id or new_run_id(clock)), check=check)
 
     def close(self) -> None:
         """Release the projection database so other processes can open it."""
@@ -123,30 +113,21 @@ class MessageStore:
 
     # -- writing --------------------------------------------------------------
     def commit(self, events: Sequence[Event], *, apply: bool = True) -> pa.Table:
-        """Make the batch's blobs durable, commit the events, fold them into projections.
-
-        ``apply=False`` leaves the fold for a later ``catch_up()`` (a bulk writer
-        folds many batches at once); readers catch up by themselves meanwhile.
-        """
+        """Make the batch's blobs durable, commit the events (``stores.fence``: cursor
+        moves compared), fold them into projections; ``apply=False`` leaves the fold
+        for a later ``catch_up()`` (readers catch up by themselves meanwhile)."""
+        flush, fence = self.blobs.flush, self.fenced
         with self.projector.hold():
-            table = self.log.append(
-                events,
-                before_commit=self.blobs.flush,
-                epoch=self.epoch,
-                producer=self.producer,
-                compare_cursors=True,
-            )
+            table = self.log.append(events, before_commit=flush, compare_cursors=True, **fence)
             self.projector.committed(table, fold=apply)
             return table
 
     def take_epoch(self, holder: str, producer: str | None = None) -> int:
-        """Make this store object the store's one committer (``stores.fence``), or
-        ``producer``'s (an account, in a cluster's sync): its commits carry the new
-        writer epoch, and any committer that took an earlier one is refused from now
-        on (StaleEpochError), whatever a scheduler thinks."""
-        self.epoch = self.log.take_epoch(holder, producer)
-        self.producer = producer
-        return self.epoch
+        """The store's (or ``producer``'s) one committer from now on (``stores.fence``):
+        earlier ones are refused (StaleEpochError), whatever a scheduler thinks."""
+        epoch = self.log.take_epoch(holder, producer)
+        self.fenced = {"epoch": epoch, "producer": producer}
+        return epoch
 
     def catch_up(self) -> int:
         """Fold every committed event the projections have not seen; returns their seq."""
@@ -411,6 +392,20 @@ class PastStore:
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """As ``MessageStore.query``, then: the ``events`` view ends at that event."""
         return self.past.query(sql, params)
+
+
+def _opened(store: MessageStore, *, check: bool) -> MessageStore:
+    """``store``, its directories made, what killed writers left removed, its log
+    checked (``check``), a purge that never finished named."""
+    store.log.create()
+    store.blobs.create()
+    with contextlib.suppress(OSError):  # partial blobs of writers killed midway
+        store.blobs.clean_tmp()
+    store.projector.files.remove_dead()
+    if check:
+        store.log.check()
+    _warn_of_purge(store.purge_journal)
+    return store
 
 
 def _parsed(raw: bytes) -> EmailMessage:

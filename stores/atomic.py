@@ -9,13 +9,14 @@ the directory.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["create_once", "fsync_dir", "replace_file", "replacing", "unique_name"]
+__all__ = ["create_once", "fsync_dir", "link_new", "replace_file", "replacing", "unique_name"]
 
 
 def fsync_dir(path: Path) -> None:
@@ -116,4 +117,28 @@ def create_once(path: Path, data: bytes, *, mode: int = 0o600, tmp: Path | None 
     finally:
         tmp.unlink(missing_ok=True)
     fsync_dir(path.parent)
+    return True
+
+
+def link_new(tmp: Path, final: Path) -> bool:
+    """Give the finished file ``tmp`` the name ``final`` only if no file has it
+    (a hard link fails on an existing name); ``tmp`` is gone either way. False when
+    ``final`` exists: nothing replaced. On a file system without hard links, a
+    rename after a look (whatever serializes the callers is then the only guard).
+    The caller fsyncs the directory."""
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        tmp.unlink(missing_ok=True)
+        return False
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            tmp.unlink(missing_ok=True)
+            raise
+        if final.exists():
+            tmp.unlink(missing_ok=True)
+            return False
+        os.replace(tmp, final)
+        return True
+    tmp.unlink()
     return True

@@ -561,6 +561,9 @@ class Dovecot:
     ports: Ports | None = None
     rawlog: bool = True
     start_timeout: float = 10.0
+    extra_users: dict[str, str] = field(default_factory=dict)
+    """More users (name -> password) beside ``USERS``, in the plain namespace: a
+    simulation of many mailboxes (bench/scale_sim.py)."""
     dir: Path = field(init=False, default=Path())
     mail_uid: int = field(init=False, default=-1)
     mail_gid: int = field(init=False, default=-1)
@@ -663,7 +666,7 @@ class Dovecot:
                 raise DovecotError(f"openssl failed: {done.stderr.strip()}")
             key.chmod(0o600)
         lines = []
-        for user, password in USERS.items():
+        for user, password in self.users.items():
             extra = (
                 ""
                 if user == "plain"
@@ -821,16 +824,21 @@ class Dovecot:
             "DOVE_LOG": str(self.log_path),
             "DOVE_MAIL_UID": str(self.mail_uid),
             "DOVE_MAIL_GID": str(self.mail_gid),
-            "DOVE_USERS": ",".join(f"{u}:{p}" for u, p in USERS.items()),
+            "DOVE_USERS": ",".join(f"{u}:{p}" for u, p in self.users.items()),
             "DOVE_MAILDIR_TEMPLATE": f"{self.dir}/mail/%u/Maildir",
             "DOVE_DOVEADM": f"doveadm -c {self.conf}",
             "DOVE_STARTUP_MS": str(self.startup_ms),
         }
 
+    @property
+    def users(self) -> dict[str, str]:
+        """Every user of this server and its password."""
+        return {**USERS, **self.extra_users}
+
     def user(self, name: str) -> MailUser:
-        if name not in USERS:
-            raise KeyError(f"no test user {name!r} (users: {', '.join(USERS)})")
-        return MailUser(self, name, USERS[name])
+        if name not in self.users:
+            raise KeyError(f"no test user {name!r} (users: {', '.join(self.users)})")
+        return MailUser(self, name, self.users[name])
 
     def maildir(self, user: str, folder: str = "INBOX") -> Path:
         """The Maildir++ directory of ``folder`` (UTF-8 IMAP name, ``/`` separator)."""
@@ -857,7 +865,7 @@ class Dovecot:
             client = IMAPClient(HOST, self.imap_port, ssl=False, timeout=10)
             if tls == "starttls":
                 client.starttls(self.ssl_context())
-        client.login(user, USERS[user])
+        client.login(user, self.users[user])
         return client
 
     def pop3(self, user: str, tls: Tls = "none") -> poplib.POP3:
@@ -870,7 +878,7 @@ class Dovecot:
             if tls == "starttls":
                 conn.stls(self.ssl_context())
         conn.user(user)
-        conn.pass_(USERS[user])
+        conn.pass_(self.users[user])
         return conn
 
     # -- doveadm -------------------------------------------------------------------
@@ -1130,7 +1138,7 @@ class Dovecot:
 
     def password_env(self) -> dict[str, str]:
         """Environment for ``password_env`` keys: ``MAILLEDGER_TEST_<USER>_PASSWORD``."""
-        return {f"MAILLEDGER_TEST_{u.upper()}_PASSWORD": p for u, p in USERS.items()}
+        return {f"MAILLEDGER_TEST_{u.upper()}_PASSWORD": p for u, p in self.users.items()}
 
     def account_toml(
         self,

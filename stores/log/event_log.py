@@ -23,7 +23,6 @@ first time it is met and whenever its size, mtime or inode change
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import logging
 import os
@@ -36,7 +35,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from stores import arrow
-from stores.atomic import fsync_dir
+from stores.atomic import fsync_dir, link_new
 from stores.digest import table_digest
 from stores.errors import LockTimeout, LogIntegrityError
 from stores.events import SCHEMA, SCHEMA_VERSION, Event, batch_of, events_to_table
@@ -138,9 +137,8 @@ class EventLog:
             os.close(fd)  # closing releases the flock
 
     def take_epoch(self, holder: str, producer: str | None = None) -> int:
-        """Become the store's one committer (or ``producer``'s): bump the writer epoch
-        (``stores.fence``) and return it, to pass to every ``append``. A committer
-        that took an earlier epoch is refused from then on."""
+        """Become the store's (or ``producer``'s) one committer: the new writer epoch,
+        for every ``append`` (``stores.fence``); earlier committers are refused."""
         with self.lock():
             return self.fence.take(holder, producer)
 
@@ -156,21 +154,17 @@ class EventLog:
     ) -> pa.Table:
         """Commit ``events`` as one atomic batch; returns the committed rows (with seq).
 
-        ``before_commit`` (a callable) runs before the lock is taken, and so before
-        the file becomes visible; the store uses it to make the batch's blobs durable.
-        ``epoch``: the writer epoch this committer took (``take_epoch``, of the store
-        or of ``producer``): a stale one is refused (StaleEpochError).
-        ``compare_cursors``: a batch whose cursor events start from a cursor that has
-        moved is refused too (CursorMovedError; off for a test or a tool writing a
-        log of any events). Either way nothing of the batch is written
-        (``stores.fence``).
+        ``before_commit`` runs before the lock is taken (the store makes the batch's
+        blobs durable). ``epoch``: the one this committer took (``take_epoch``, the
+        store's or ``producer``'s): a stale one is refused. ``compare_cursors``: so
+        is a batch whose cursor events start where no cursor stands (off for a tool
+        writing a log of any events). A refused batch writes nothing (``stores.fence``).
         """
         events = batch_of(events)  # an event read back from the log is never appended again
         if not events:
             return SCHEMA.empty_table()
-        # The critical section is the commit alone (four sync tasks of one shard wait
-        # on it in turn): the rows are built and the blobs made durable before the
-        # lock is taken; only the seq column is filled in under it.
+        # the critical section is the commit alone (a shard's sync tasks wait on it
+        # in turn): rows built and blobs durable first, only seq filled in under it
         rows = events_to_table(events, first_seq=0)
         if before_commit is not None:
             before_commit()
@@ -302,7 +296,11 @@ class EventLog:
         if replace:
             os.replace(tmp, final)
         else:
-            _create_only(tmp, final)
+            if not link_new(tmp, final):
+                raise LogIntegrityError(
+                    f"{final}: exists already; a commit never replaces a log file"
+                    " (another writer committed these seqs)"
+                )
         if self.durable:
             fsync_dir(self.root)
         self._note_checked([final], present)
@@ -500,27 +498,3 @@ class EventLog:
         ):
             raise LogIntegrityError(f"{f.path}: a rewrite must keep every event and its seq")
         self._write(table.cast(SCHEMA).replace_schema_metadata(None), f.first, f.last, replace=True)
-
-
-def _create_only(tmp: Path, final: Path) -> None:
-    """Give ``tmp`` the name ``final`` only if no file has it: a log file is never
-    replaced by a commit (a hard link fails on an existing name). On a file system
-    without hard links, a rename after a look (the lock is then the only guard)."""
-    try:
-        os.link(tmp, final)
-    except FileExistsError:
-        tmp.unlink(missing_ok=True)
-        raise LogIntegrityError(
-            f"{final}: exists already; a commit never replaces a log file"
-            " (another writer committed these seqs)"
-        ) from None
-    except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
-            tmp.unlink(missing_ok=True)
-            raise
-        if final.exists():
-            tmp.unlink(missing_ok=True)
-            raise LogIntegrityError(f"{final}: exists already") from None
-        os.replace(tmp, final)
-        return
-    tmp.unlink()
