@@ -102,8 +102,11 @@ def cmd_search(args: argparse.Namespace) -> int:
         sql = search_sql(plan, args.output, args.sort, args.limit, args.offset)
         output.echo(sql, newlines=True, tabs=True)
         return EXIT_OK
+    matched: int | None = None  # (counted only when the page is empty but a match may not be)
     with open_store(args) as store, as_of(args, store) as then:
         table = then.search(plan, args.output, sort=args.sort, limit=args.limit, offset=args.offset)
+        if args.output != "count" and table.num_rows == 0 and (args.limit == 0 or args.offset):
+            matched = then.search(plan, "count").column(0)[0].as_py()
     empty = (table.column(0)[0].as_py() == 0) if args.output == "count" else table.num_rows == 0
     if args.output == "count":
         count = table.column(0)[0].as_py()
@@ -120,8 +123,16 @@ def cmd_search(args: argparse.Namespace) -> int:
     else:
         for line in _lines(table, args.output, args.format):
             output.echo(line)
+    if matched:
+        # (--limit 0 or an --offset past the end: the page is empty, the search is not)
+        page = "--limit 0" if args.limit == 0 else f"--offset {args.offset}"
+        output.note(
+            f"mailledger: {matched} message{'s' if matched != 1 else ''} match {args.query!r}"
+            f" ({page} shows none of them)"
+        )
+        return EXIT_OK
     if empty:
-        output.echo(f"mailledger: no messages match {args.query!r}", file=sys.stderr)
+        output.note(f"mailledger: no messages match {args.query!r}")
         return EXIT_ERROR if args.exit_on_empty else EXIT_OK
     return EXIT_OK
 
@@ -161,16 +172,15 @@ def cmd_export(args: argparse.Namespace) -> int:
             file=told,
         )
         if report.newline_added:
-            output.echo(
+            output.note(
                 f"note: {report.newline_added} messages did not end in a newline; mbox"
                 " cannot keep that ending, and gave them one (their From lines say so:"
-                " `mailledger import mbox` takes it off again; a Maildir keeps it)",
-                file=sys.stderr,
+                " `mailledger import mbox` takes it off again; a Maildir keeps it)"
             )
         for line in report.errors:
             output.echo(f"error: {line}", file=sys.stderr)
     if not report.messages and not report.errors:
-        output.echo(f"mailledger: no messages match {args.query!r}", file=sys.stderr)
+        output.note(f"mailledger: no messages match {args.query!r}")
     return code
 
 
