@@ -137,13 +137,28 @@ def cmd_search(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _any_of(queries: list[str], args: argparse.Namespace) -> Any:
+    """The query tree of ``export QUERY... DEST``: one query as it is; several, the
+    messages any of them matches (``id:a id:b`` as ``search`` prints them: both
+    messages, as notmuch reads ids), each parsed on its own (an error's position is
+    in the query that has it)."""
+    from projections.search import Or, parse
+
+    now, tz = _now(args), _zone(args.tz)
+    trees = [parse(q, now=now, tz=tz) for q in queries]
+    return trees[0] if len(trees) == 1 else Or(tuple(trees))
+
+
+def _queries(queries: list[str]) -> str:
+    return repr(queries[0]) if len(queries) == 1 else " or ".join(map(repr, queries))
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from pipeline.destination import is_stdout
     from pipeline.export import export
     from projections.queries import compile_query
-    from projections.search import parse
 
-    plan = compile_query(parse(args.query, now=_now(args), tz=_zone(args.tz)))
+    plan = compile_query(_any_of(args.query, args))
     # (the mail goes where stdout does: what was written is told on stderr)
     told = sys.stderr if is_stdout(args.dest) else sys.stdout
     progress = command_progress(delay=0.5)
@@ -180,7 +195,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         for line in report.errors:
             output.echo(f"error: {line}", file=sys.stderr)
     if not report.messages and not report.errors:
-        output.note(f"mailledger: no messages match {args.query!r}")
+        output.note(f"mailledger: no messages match {_queries(args.query)}")
     return code
 
 
@@ -268,7 +283,13 @@ def add_export(subs: Any) -> None:
         " that `import mbox` un-quotes it) or a Maildir",
         "mailledger export 'list:dev* date:2024' --format=maildir ~/export/dev",
     )
-    p.add_argument("query", help="the query, as `search` reads it (one argument: quote it)")
+    p.add_argument(
+        "query",
+        nargs="+",
+        metavar="QUERY",
+        help="the query, as `search` reads it (one argument: quote it); several: the"
+        " messages any of them matches (id:X id:Y thread:T, as `search` prints them)",
+    )
     p.add_argument(
         "dest",
         help="the mbox file (- for stdout; a symlink is written through, a FIFO or a device"
