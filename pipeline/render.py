@@ -28,11 +28,14 @@ SHOWN_HEADERS = ("From", "To", "Cc", "Date", "Subject", "Message-ID")
 
 @dataclass(frozen=True)
 class Attachment:
-    """A part that is not the body: its file name (or None), MIME type and decoded size."""
+    """A part that is not the body: its file name (or None), MIME type, decoded
+    size, and its number in the message (``show --part N``: notmuch's numbering, a
+    depth-first walk of the MIME tree, the whole message's root part 1)."""
 
     filename: str | None
     content_type: str
     size: int
+    part: int
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,7 @@ def message_text(raw: bytes) -> MessageText:
     except Exception:  # a broken multipart: the walk below still lists its parts
         body_part = None
     attachments: list[Attachment] = []
-    for part in msg.walk():
+    for number, part in enumerate(msg.walk(), 1):
         if part is body_part or part.is_multipart():
             continue
         ctype = part.get_content_type()
@@ -142,7 +145,7 @@ def message_text(raw: bytes) -> MessageText:
             continue  # an alternative of the body (the HTML beside the plain text)
         payload = part.get_payload(decode=True)
         size = len(payload) if isinstance(payload, bytes) else 0
-        attachments.append(Attachment(str(name) if name else None, ctype, size))
+        attachments.append(Attachment(str(name) if name else None, ctype, size, number))
     if body_part is None:
         return MessageText("", "", tuple(attachments))
     text = _decoded(body_part)
@@ -175,7 +178,9 @@ def render_text(headers: Sequence[tuple[str, str]], raw: bytes) -> str:
     text = message_text(raw)
     for a in text.attachments:
         name = terminal_text(a.filename or "(no name)", tabs=True)
-        lines.append(f"Attachment: {name} ({terminal_text(a.content_type)}, {_size(a.size)})")
+        lines.append(
+            f"Attachment: {name} ({terminal_text(a.content_type)}, {_size(a.size)}, part {a.part})"
+        )
     if text.body_type == "text/html":
         lines.append("(the message has HTML only: shown reduced to text)")
     elif not text.body_type:

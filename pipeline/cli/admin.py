@@ -25,15 +25,16 @@ __all__ = ["add_compact", "add_delete", "add_import", "add_replay", "add_verify"
 
 def cmd_import(args: argparse.Namespace) -> int:
     from pipeline.sources.files import check_files, import_files
-    from pipeline.sources.gdbm import import_gdbm
+    from pipeline.sources.gdbm import check_gdbm, import_gdbm
     from pipeline.sources.maildir import check_maildir, import_maildir
-    from pipeline.sources.mbox import import_mbox
+    from pipeline.sources.mbox import check_mbox, import_mbox
 
     trees = {"maildir": (check_maildir, import_maildir), "files": (check_files, import_files)}
-    if args.kind in trees:
-        trees[args.kind][0](Path(args.path).resolve())  # (refused before a store is made for it)
     if args.mboxrd and args.kind != "mbox":
         raise UsageError("--mboxrd is for an mbox file")
+    # a path that is not what the kind reads is refused before a store is made for it
+    checks = {"mbox": check_mbox, "gdbm": check_gdbm, **{k: v[0] for k, v in trees.items()}}
+    checks[args.kind](Path(args.path).resolve())
     progress = command_progress()
     try:
         with open_store(args, create=True) as store:

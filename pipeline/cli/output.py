@@ -28,6 +28,7 @@ __all__ = [
     "fit",
     "format_table",
     "json_default",
+    "note",
     "plain",
     "print_json",
     "silence",
@@ -69,6 +70,18 @@ def echo(
     shown, never obeyed. ``newlines`` / ``tabs``: the text's format has them (a
     message body, a table, a multi-line reason)."""
     print(terminal_text(text, newlines=newlines, tabs=tabs), file=file, flush=flush)
+
+
+def note(text: str) -> None:
+    """Print ``text`` on stderr for people, unless the run is quiet (``-q``: errors
+    only, see ``pipeline.verbosity``): a remark about the answer, never the answer
+    or an error ("no messages match", "note: ...")."""
+    import logging
+
+    from pipeline.verbosity import level
+
+    if level() <= logging.WARNING:
+        echo(text, file=sys.stderr, newlines=True)
 
 
 def write_exact(text: str) -> None:

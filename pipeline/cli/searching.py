@@ -102,8 +102,11 @@ def cmd_search(args: argparse.Namespace) -> int:
         sql = search_sql(plan, args.output, args.sort, args.limit, args.offset)
         output.echo(sql, newlines=True, tabs=True)
         return EXIT_OK
+    matched: int | None = None  # (counted only when the page is empty but a match may not be)
     with open_store(args) as store, as_of(args, store) as then:
         table = then.search(plan, args.output, sort=args.sort, limit=args.limit, offset=args.offset)
+        if args.output != "count" and table.num_rows == 0 and (args.limit == 0 or args.offset):
+            matched = then.search(plan, "count").column(0)[0].as_py()
     empty = (table.column(0)[0].as_py() == 0) if args.output == "count" else table.num_rows == 0
     if args.output == "count":
         count = table.column(0)[0].as_py()
@@ -120,19 +123,42 @@ def cmd_search(args: argparse.Namespace) -> int:
     else:
         for line in _lines(table, args.output, args.format):
             output.echo(line)
+    if matched:
+        # (--limit 0 or an --offset past the end: the page is empty, the search is not)
+        page = "--limit 0" if args.limit == 0 else f"--offset {args.offset}"
+        output.note(
+            f"mailledger: {matched} message{'s' if matched != 1 else ''} match {args.query!r}"
+            f" ({page} shows none of them)"
+        )
+        return EXIT_OK
     if empty:
-        output.echo(f"mailledger: no messages match {args.query!r}", file=sys.stderr)
+        output.note(f"mailledger: no messages match {args.query!r}")
         return EXIT_ERROR if args.exit_on_empty else EXIT_OK
     return EXIT_OK
+
+
+def _any_of(queries: list[str], args: argparse.Namespace) -> Any:
+    """The query tree of ``export QUERY... DEST``: one query as it is; several, the
+    messages any of them matches (``id:a id:b`` as ``search`` prints them: both
+    messages, as notmuch reads ids), each parsed on its own (an error's position is
+    in the query that has it)."""
+    from projections.search import Or, parse
+
+    now, tz = _now(args), _zone(args.tz)
+    trees = [parse(q, now=now, tz=tz) for q in queries]
+    return trees[0] if len(trees) == 1 else Or(tuple(trees))
+
+
+def _queries(queries: list[str]) -> str:
+    return repr(queries[0]) if len(queries) == 1 else " or ".join(map(repr, queries))
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from pipeline.destination import is_stdout
     from pipeline.export import export
     from projections.queries import compile_query
-    from projections.search import parse
 
-    plan = compile_query(parse(args.query, now=_now(args), tz=_zone(args.tz)))
+    plan = compile_query(_any_of(args.query, args))
     # (the mail goes where stdout does: what was written is told on stderr)
     told = sys.stderr if is_stdout(args.dest) else sys.stdout
     progress = command_progress(delay=0.5)
@@ -161,16 +187,15 @@ def cmd_export(args: argparse.Namespace) -> int:
             file=told,
         )
         if report.newline_added:
-            output.echo(
+            output.note(
                 f"note: {report.newline_added} messages did not end in a newline; mbox"
                 " cannot keep that ending, and gave them one (their From lines say so:"
-                " `mailledger import mbox` takes it off again; a Maildir keeps it)",
-                file=sys.stderr,
+                " `mailledger import mbox` takes it off again; a Maildir keeps it)"
             )
         for line in report.errors:
             output.echo(f"error: {line}", file=sys.stderr)
     if not report.messages and not report.errors:
-        output.echo(f"mailledger: no messages match {args.query!r}", file=sys.stderr)
+        output.note(f"mailledger: no messages match {_queries(args.query)}")
     return code
 
 
@@ -258,7 +283,13 @@ def add_export(subs: Any) -> None:
         " that `import mbox` un-quotes it) or a Maildir",
         "mailledger export 'list:dev* date:2024' --format=maildir ~/export/dev",
     )
-    p.add_argument("query", help="the query, as `search` reads it (one argument: quote it)")
+    p.add_argument(
+        "query",
+        nargs="+",
+        metavar="QUERY",
+        help="the query, as `search` reads it (one argument: quote it); several: the"
+        " messages any of them matches (id:X id:Y thread:T, as `search` prints them)",
+    )
     p.add_argument(
         "dest",
         help="the mbox file (- for stdout; a symlink is written through, a FIFO or a device"

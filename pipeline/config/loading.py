@@ -118,13 +118,15 @@ def load_store_settings(path: Path, env: Mapping[str, str]) -> StoreSettings:
 
     For ``find``, ``replay`` and the other commands that open a store and talk to
     no server: the accounts are not checked (a file that holds only ``[store]``
-    is fine), the ``[store]`` table is, as strictly as by :func:`load_config`.
+    is fine), the ``[store]`` table is, as strictly as by :func:`load_config`, and
+    so are the names of the tables (``[stor]`` is an error with a did-you-mean).
     Raises ConfigError naming the file and the key.
     """
     path = Path(path)
     doc = read_toml(path)
     problems = Problems(path)
     base = path.resolve().parent
+    problems.unknown_keys(doc, _TOP_KEYS, "")  # ([stor] is a typo, not a table to skip)
     store_path = _optional_path(problems, doc.get("store"), "store", "path", base, env)
     memory = _store_memory(problems, doc.get("store"))
     problems.raise_if_any()

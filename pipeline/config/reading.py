@@ -41,10 +41,16 @@ class Problems:
             raise ConfigError("\n".join(self.lines))
 
     def unknown_keys(self, table: Mapping[str, Any], known: Sequence[str], where: str) -> None:
+        """A problem for each key of ``table`` not in ``known``, with the nearest
+        known one when there is one; at the top of the file (``where`` empty) a
+        table is named as a table: ``stor: unknown table (did you mean [store]?)``."""
         for key in table:
             if key in known:
                 continue
             full = f"{where}.{key}" if where else key
+            if not where and isinstance(table[key], dict):
+                self._unknown_table(key, known)
+                continue
             if key == "password":
                 self.add(
                     full, "passwords do not go in the file; use password_env or password_command"
@@ -56,6 +62,14 @@ class Problems:
             hint = f" (did you mean {close[0]}?)" if close else ""
             # the value is never shown: a mistyped key may hold a secret
             self.add(full, f"unknown key{hint}; known keys: {', '.join(known)}")
+
+    def _unknown_table(self, name: str, known: Sequence[str]) -> None:
+        import difflib
+
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean [{close[0]}]?)" if close else ""
+        tables = ", ".join(f"[{k}]" for k in known)
+        self.add(name, f"unknown table{hint}; known tables: {tables}")
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -33,7 +33,7 @@ import itertools
 import shutil
 import subprocess
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 from pipeline.importing import run_import
@@ -45,6 +45,7 @@ from stores.errors import SourceError, UsageError
 
 __all__ = [
     "GdbmSource",
+    "check_gdbm",
     "import_gdbm",
     "iter_gdbm",
     "legacy_bytes",
@@ -95,7 +96,7 @@ def _key_text(key: bytes) -> str:
         return key.decode("latin-1")
 
 
-def iter_gdbm(path: Path) -> Iterator[tuple[bytes, bytes]]:
+def iter_gdbm(path: Path) -> Generator[tuple[bytes, bytes]]:
     """(key, value) of every record of a GDBM file, streamed, in the file's order."""
     path = Path(path)
     if not path.is_file():
@@ -116,6 +117,16 @@ def iter_gdbm(path: Path) -> Iterator[tuple[bytes, bytes]]:
             key = db.nextkey(key)
     finally:
         db.close()
+
+
+def check_gdbm(path: Path) -> None:
+    """Refuse (UsageError) what is not a file, and a file GDBM cannot read: its
+    first record is read, before a store is made for it."""
+    records = iter_gdbm(path)
+    try:
+        next(records, None)
+    finally:
+        records.close()
 
 
 def _record_count(path: Path) -> int | None:

@@ -14,7 +14,7 @@ from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.store import MessageStore
 from stores.errors import UsageError
 
-__all__ = ["MBOXRD_MARK", "NO_EOL_MARK", "MboxSource", "import_mbox", "iter_mbox"]
+__all__ = ["MBOXRD_MARK", "NO_EOL_MARK", "MboxSource", "check_mbox", "import_mbox", "iter_mbox"]
 
 _QUOTED_FROM = re.compile(rb">+From ")
 
@@ -73,6 +73,20 @@ def iter_mbox(path: Path, *, mboxrd: bool | None = None) -> Iterator[tuple[int, 
     if started:
         n += 1
         yield n, _strip_separator_blank(buf, no_eol=no_eol)
+
+
+def check_mbox(path: Path) -> None:
+    """Refuse (UsageError) what is not a file, and a file whose first line that is
+    not blank is no ``From `` line (``iter_mbox``'s rule, read before a store is
+    made for it). An empty file is an mbox of no messages."""
+    if not path.is_file():
+        raise UsageError(f"{path}: not a file")
+    with path.open("rb") as fh:
+        for line in fh:
+            if line.strip():
+                if not line.startswith(b"From "):
+                    raise UsageError(f"{path}: not an mbox file (no 'From ' line first)")
+                return
 
 
 def _strip_separator_blank(lines: list[bytes], *, no_eol: bool = False) -> bytes:

@@ -124,7 +124,7 @@ def test_show_prints_decoded_headers_and_the_charset_decoded_text_body(
         "Date: Wed, 26 Jun 2024 13:00:00 +0200",
         "Subject: Zażółć gęślą jaźń",
         "Message-ID: <encoded@example.pl>",
-        "Attachment: plan.pdf (application/pdf, 52 B)",
+        "Attachment: plan.pdf (application/pdf, 52 B, part 5)",
     ]
     assert body == "Posłałem plan migracji. Łódź w piątek.\n"
 
@@ -180,7 +180,7 @@ def test_show_json_carries_the_body_and_the_attachments(
     rec = json.loads(out)
     assert code == 0 and rec["body"] == "Posłałem plan migracji. Łódź w piątek."
     assert rec["attachments"] == [
-        {"filename": "plan.pdf", "content_type": "application/pdf", "size": 52}
+        {"filename": "plan.pdf", "content_type": "application/pdf", "size": 52, "part": 5}
     ]
 
 

@@ -174,15 +174,24 @@ COMMANDS: dict[str, Callable[[Hostile], list[Row]]] = {
     ],
     "export": lambda h: [
         (("export", "from:boss", S(h.tmp / f"out{CLEAR}.mbox")), 0, "out␛[2J.mbox"),
+        (("export", f"id:{MID}", f"id:{REPLY_MID}", S(h.tmp / "two.mbox")), 0, "exported 2"),
     ],
     "show": lambda h: [
         (("show", MID), 0, "invoice<U+202E>fdp.exe␛[2J"),
         (("show", REPLY_MID), 0, "z<U+200B>w<U+FEFF>"),
         (("show", f"missing{TITLE}"), 1, "missing"),
+        (("show", f"id:{MID}", REPLY_MID), 0, "==> <evil[2J<U+009B>1m@example.org> <=="),
+        (("show", f"thread:{MID}", f"id:none{TITLE}"), 1, "no message 'none"),
+        (("show", MID, "--part", "3"), 0, None),
+        (("show", MID, "--part", "9"), 1, "evil[2J<U+009B>1m@example.org"),
+        (("show", MID, "--save-attachments", S(h.tmp / "att")), 0, "invoice_fdp.exe_[2J"),
+        (("show", REPLY_MID, "--save-attachments", S(h.tmp / "att"), "--json"), 0, None),
     ],
     "thread": lambda h: [
         (("thread", REPLY_MID), 0, "Re: ␛]0;owned␇"),
         (("thread", REPLY_MID, "--as-of", "2"), 0, None),
+        (("thread", f"thread:{MID}", f"id:{REPLY_MID}"), 0, "<evil[2J<U+009B>1m@example.org>"),
+        (("thread", f"none{TITLE}", "--json"), 1, "no message 'none"),
     ],
     "delete": lambda h: [
         (("delete", GONE_MID), 0, "gone<U+202E><U+009B>@example.org"),
