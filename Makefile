@@ -99,6 +99,14 @@ torture: venv
 fencing-chaos: venv
 	$(BIN)/python -m torture.fencing $(FENCING_ARGS)
 
+# Issue 34, gate 3 (bench/scale_sim.py): 200 Dovecot users on loopback behind a
+# proxy adding 30 ms to every response, 8 shards; the first sync with 1 worker and
+# with 4 (3 runs each), then chaos (two syncs at once, a worker killed, expunges, a
+# UIDVALIDITY reset) and the shards against one store that synced the same accounts.
+# SCALE_SIM_ARGS="--accounts 20 --shards 4 --runs 1" for a quick one.
+scale-sim: venv
+	$(BIN)/python -m bench.scale_sim $(SCALE_SIM_ARGS)
+
 # Issue 34, gates 2 and 6 (bench/cluster_bench.py): commit latency of four fetchers
 # on one shard, and a one-shard cluster's sync against a plain store's, paired.
 bench-cluster: venv

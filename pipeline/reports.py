@@ -140,6 +140,8 @@ class RunReport:
     applied: bool
     accounts: dict[str, AccountReport] = field(default_factory=dict)
     alarms: list[str] = field(default_factory=list)
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """A cluster sync's task of each account: its shard, wall and CPU seconds."""
 
     @property
     def errors(self) -> int:
@@ -164,4 +166,5 @@ class RunReport:
             "balanced": self.balanced,
             "alarms": list(self.alarms),
             "accounts": {k: v.as_dict() for k, v in self.accounts.items()},
+            **({"tasks": self.tasks} if self.tasks else {}),
         }

@@ -1017,7 +1017,10 @@ class Dovecot:
         for n, item in enumerate(messages, 1):
             when, raw = item if isinstance(item, tuple) else (None, item)
             ts = when.timestamp() if when else (_maildir_date(raw) or time.time())
-            name = f"{int(ts):010d}.M{n:07d}P{os.getpid()}.mailledger,S={len(raw)}{info}"
+            # (a random part: two calls with messages of one date and size must not
+            # write the same name, the second replacing the first)
+            unique = f"M{n:07d}R{os.urandom(4).hex()}P{os.getpid()}"
+            name = f"{int(ts):010d}.{unique}.mailledger,S={len(raw)}{info}"
             path = box / "cur" / name
             path.write_bytes(raw)
             os.utime(path, (ts, ts))

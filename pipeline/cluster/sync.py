@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,6 +50,8 @@ class TaskResult:
     report: AccountReport
     alarms: list[str]
     pid: int
+    wall_s: float = 0.0  # the task from start to end
+    cpu_s: float = 0.0  # of which this process computed (the rest: waiting on the server, the lock)
 
 
 def sync_account_task(
@@ -71,6 +74,7 @@ def sync_account_task(
     from pipeline.sync.accounts import sync_accounts
     from stores.fence import holder_name
 
+    started, cpu = time.perf_counter(), time.process_time()
     env = dict(os.environ if env is None else env)
     config = load_config(Path(config_path), env)
     app = App(env)
@@ -93,6 +97,8 @@ def sync_account_task(
         report=report.accounts.get(account) or AccountReport(name=account),
         alarms=report.alarms,
         pid=os.getpid(),
+        wall_s=time.perf_counter() - started,
+        cpu_s=time.process_time() - cpu,
     )
 
 
@@ -242,3 +248,4 @@ def _collect(
         emit(line)
     report.accounts[name] = done.report
     report.alarms.extend(done.alarms)
+    report.tasks[name] = {"shard": done.shard, "wall_s": done.wall_s, "cpu_s": done.cpu_s}
