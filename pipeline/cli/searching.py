@@ -86,7 +86,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     if (args.limit is not None and args.limit < 0) or args.offset < 0:
         raise UsageError("--limit and --offset may not be negative")
-    tree = parse(args.query, now=_now(args), tz=_zone(args.tz))  # (exit 2, with the position)
+    query = " ".join(args.query)  # (several arguments are one query, as notmuch reads them)
+    tree = parse(query, now=_now(args), tz=_zone(args.tz))  # (exit 2, with the position)
     plan = compile_query(tree)
     if args.explain:
         output.echo(f"query: {explain(tree)}")
@@ -121,7 +122,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         for line in _lines(table, args.output, args.format):
             output.echo(line)
     if empty:
-        output.echo(f"mailledger: no messages match {args.query!r}", file=sys.stderr)
+        output.echo(f"mailledger: no messages match {query!r}", file=sys.stderr)
         return EXIT_ERROR if args.exit_on_empty else EXIT_OK
     return EXIT_OK
 
@@ -204,10 +205,15 @@ def add_search(subs: Any) -> None:
         "search",
         cmd_search,
         "search the store: from:, to:, cc:, subject:, id:, thread:, list:, date:, size:,"
-        " folder:, account:, is:, words; AND, OR, NOT, -, ( )",
-        "mailledger search 'from:alice subject:budget date:2025-06..'",
+        " folder:, account:, is:, words; and, or, not (any case), -, ( )",
+        "mailledger search from:alice subject:budget date:2025-06.. -has:attachment",
     )
-    p.add_argument("query", help="the query (one argument: quote it)")
+    p.add_argument(
+        "query",
+        nargs="+",
+        help="the query: its words, one argument or several (joined by spaces); a word"
+        " starting with '-' is NOT (no '--' needed)",
+    )
     p.add_argument(
         "--output",
         choices=_OUTPUTS,
