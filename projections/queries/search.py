@@ -46,9 +46,10 @@ _ORDER = {
     # FTS5's bm25 summed over the query's text terms (lower is better), then newest
     "relevance": "{r} ASC NULLS LAST, {d} DESC NULLS LAST, {i}",
 }
-RANK_WEIGHTS = (4.0, 1.0, 2.0, 2.0, 0.0)
+RANK_WEIGHTS = (4.0, 1.0, 2.0, 2.0, 0.0, 2.0, 2.0)
 """bm25's weight of each column of the index (subject, body, names, filenames,
-flags): a word in the subject counts four times one in the body."""
+flags, from_names, to_names): a word in the subject counts four times one in the
+body."""
 _RANK = "_rank"  # the table of (seq, score) a relevance search reads
 
 _MESSAGES = (

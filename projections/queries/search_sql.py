@@ -11,8 +11,11 @@ What the read model answers today, and how:
 
 - ``from:`` reads ``messages.from_addr``; ``to:`` and ``cc:`` read
   ``messages.to_addrs``, which holds the To and Cc addresses together, so both
-  match either header. Display names are not kept: ``from:`` matches addresses.
-- bare words and phrases (the subject and the body text), ``subject:``,
+  match either header. A value that names no address part (no ``@``: ``Carl``,
+  ``"Carl Worth"``) also matches the display names, as notmuch's does: a word
+  (or phrase) of the full-text index's ``from_names`` (``to_names``: To and Cc).
+- bare words and phrases (the subject, the body text, and the From/To/Cc names
+  and addresses, as notmuch's), ``subject:``,
   ``body:``, ``filename:`` and ``has:attachment`` read the full-text index
   (``projections.fulltext``): each becomes an FTS5 ``MATCH`` expression whose
   matching seqs the plan names as a table (``SearchPlan.text``), and the row's
@@ -51,6 +54,7 @@ from projections.search import (
     Thread,
     ThreadOf,
     Word,
+    fold,
 )
 from projections.tables import sql_string
 from stores.errors import UsageError
@@ -63,7 +67,8 @@ _DOMAIN = "regexp_extract({a}, '@([^@]*)$', 1)"
 
 # the index's columns a text field searches (``projections.fulltext.index``)
 _COLUMNS = {
-    "text": "{subject body}",
+    # (as notmuch's: the subject, the body, and the From/To/Cc names and addresses)
+    "text": "{subject body names}",
     "subject": "subject",
     "body": "body",
     "filename": "filenames",
@@ -279,13 +284,30 @@ class _Compiler:
 
     def _address(self, node: Address, m: str) -> str:
         if node.field == "from":
-            self.notes.append("from: messages.from_addr (addresses only, not display names)")
-            return self._address_match(node, f"{m}.from_addr")
-        self.notes.append(_TO_CC)
-        test = self._address_match(node, "a")
-        if node.part == "address" and not node.prefix:
-            return f"list_contains({m}.to_addrs, {_literal(node.value)})"
-        return f"len(list_filter({m}.to_addrs, lambda a: {test})) > 0"
+            self.notes.append("from: messages.from_addr")
+            found = self._address_match(node, f"{m}.from_addr")
+        else:
+            self.notes.append(_TO_CC)
+            test = self._address_match(node, "a")
+            if node.part == "address" and not node.prefix:
+                found = f"list_contains({m}.to_addrs, {_literal(node.value)})"
+            else:
+                found = f"len(list_filter({m}.to_addrs, lambda a: {test})) > 0"
+        names = self._names(node, m)
+        return found if names is None else f"(coalesce({found}, false) OR {names})"
+
+    def _names(self, node: Address, m: str) -> str | None:
+        """The condition that the display names of ``node``'s header hold its value
+        (a word or a phrase); None for a value naming an address or a part of one
+        (with an ``@``), or holding no word."""
+        if node.part != "any":
+            return None
+        words = [w for w in _NOT_WORD.split(fold(node.value)) if w]
+        if not words or "\x00" in node.value:
+            return None
+        column = "from_names" if node.field == "from" else "to_names"
+        phrase = " + ".join(f'"{w}"' for w in words) + ("*" if node.prefix else "")
+        return self._matching(f"{column} : ({phrase})", m, conjunct=False)
 
     @staticmethod
     def _address_match(node: Address, a: str) -> str:
