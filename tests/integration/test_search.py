@@ -6,6 +6,8 @@ command's outputs and exit codes, and tree snapshots."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -263,6 +265,30 @@ def filled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     assert run(capsys, store, "import", "maildir", str(FIXTURES / "maildir"))[0] == 0
     assert run(capsys, store, "import", "mbox", str(FIXTURES / "lists.mbox"))[0] == 0
     return store
+
+
+def test_search_reads_its_arguments_as_one_query_a_leading_dash_as_not(
+    filled: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # as a user types it: a real process, its arguments as the shell splits them
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--store", str(filled), "search",
+         "-from:ada", "--format=ids", "subject:wire", "--limit", "5", "-q"],
+        capture_output=True, text=True, check=False, cwd=REPO,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert set(proc.stdout.split()) == {"plan-2@example.org", "plan-4@example.pl"}
+    for argv, expected in [
+        (["from:ada", "or", "from:bot", "--output", "count"], "4"),
+        (["--output=count", "not", "from:ada", "subject:wire"], "2"),
+        (["--output", "count", "--", "-from:ada", "subject:wire"], "2"),  # ('--' as before)
+        (["--output", "count", "(from:ada", "OR", "from:zofia)", "-date:2024-06-27"], "2"),
+        (["--output", "count", "from:ada subject:plan"], "2"),  # (one argument, as before)
+    ]:
+        code, out, err = run(capsys, filled, "search", *argv)
+        assert (code, out.strip(), err) == (0, expected, ""), argv
+    code, _, err = run(capsys, filled, "search", "subject:wire", "--limit")
+    assert code == 2 and "--limit: expected one argument" in err
 
 
 def test_search_command_outputs_and_formats(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -65,3 +68,18 @@ def test_an_inline_text_html_file_is_shown_with_the_body_and_a_signature_is_not_
     assert "see below" in text.body and "quarterly report" in text.body
     listed = [(a.filename, a.content_type) for a in text.attachments]
     assert listed == [("r.pdf", "application/pdf")]
+
+
+@pytest.mark.corpus
+def test_real_inline_html_file_is_shown_and_a_real_signature_not_listed(
+    notmuch_corpus: Path,
+) -> None:
+    html = message_text((notmuch_corpus / "html/attribute-text").read_bytes())
+    assert "hunter2" in html.body and html.attachments == ()  # (was: neither)
+    signed = [
+        p for p in notmuch_corpus.rglob("*") if p.is_file() and b"pgp-signature" in p.read_bytes()
+    ]
+    assert signed
+    for path in signed:
+        listed = message_text(path.read_bytes()).attachments
+        assert "application/pgp-signature" not in {a.content_type for a in listed}, path
