@@ -93,7 +93,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         output.echo(f"query: {explain(tree)}")
         for note in plan.notes:
             output.echo(f"  - {note}")
-        if args.sort == "relevance" and not plan.text:
+        if args.sort == "relevance" and not plan.text.keys() - plan.names:
             output.echo("  - --sort=relevance: no words or phrases to rank by; newest first")
         elif plan.drive is not None and args.limit is not None and args.sort != "relevance":
             output.echo(

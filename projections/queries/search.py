@@ -103,7 +103,7 @@ def search_sql(
     page = _page(limit, offset)
     if output == "count":
         return f"SELECT count(*) AS count FROM messages m WHERE {plan.where}"
-    if sort == "relevance" and not plan.text:
+    if sort == "relevance" and not plan.text.keys() - plan.names:
         sort = "newest"
     ranked = sort == "relevance"
     join = f" LEFT JOIN {_RANK} r ON r.seq = m.seq" if ranked else ""
@@ -305,7 +305,7 @@ def _text_matches(
         raise ValueError("this plan reads the full-text index: pass its connection")
     scores: dict[int, float] = {}
     for name, expression in plan.text.items():
-        if ranked:
+        if ranked and name not in plan.names:
             matched = match_ranked(text, expression, RANK_WEIGHTS)
             for seq, score in matched:
                 scores[seq] = scores.get(seq, 0.0) + score

@@ -101,6 +101,10 @@ class SearchPlan:
     """A condition on ``message_id`` itself (``id:``, a thread) is part of it:
     DuckDB reads such a condition through the index only outside a query with
     ``ORDER BY … LIMIT``, so a page is read in two parts (``queries.search``)."""
+    names: set[str] = field(default_factory=set)
+    """The text tables that read display names for ``from:``/``to:``/``cc:``: a
+    condition like the addresses beside them, not words to rank by (relevance
+    scores the query's words and phrases)."""
     threads: dict[str, str] = field(default_factory=dict)
     """The threads the condition reads: table name -> the Message-ID whose thread
     it holds (one column, ``message_id``, of the thread's messages). A search
@@ -117,7 +121,9 @@ def compile_query(tree: Query) -> SearchPlan:
     drive = None if compiler.nested else compiler.drive
     only = drive is not None and len(compiler.text) == 1 and where in _only(drive)
     notes = list(dict.fromkeys(compiler.notes))
-    return SearchPlan(where, notes, compiler.text, drive, only, compiler.by_id, compiler.threads)
+    return SearchPlan(
+        where, notes, compiler.text, drive, only, compiler.by_id, compiler.names, compiler.threads
+    )
 
 
 def _only(name: str) -> tuple[str, str]:
@@ -152,6 +158,7 @@ class _Compiler:
         self.text: dict[str, str] = {}
         self.drive: str | None = None  # a text table every match is in
         self.threads: dict[str, str] = {}
+        self.names: set[str] = set()
         self.by_id = False  # a condition on message_id itself
         self.nested = False  # a text table is read inside a subquery
 
@@ -307,7 +314,9 @@ class _Compiler:
             return None
         column = "from_names" if node.field == "from" else "to_names"
         phrase = " + ".join(f'"{w}"' for w in words) + ("*" if node.prefix else "")
-        return self._matching(f"{column} : ({phrase})", m, conjunct=False)
+        matching = self._matching(f"{column} : ({phrase})", m, conjunct=False)
+        self.names.add(f"_text{len(self.text)}")
+        return matching
 
     @staticmethod
     def _address_match(node: Address, a: str) -> str:

@@ -244,6 +244,7 @@ def test_text_terms_compile_to_full_text_matches() -> None:
         '{subject body names} : ("budget") AND {subject body names} : ("live" + "wi"*)',
         'from_names : ("ada")',
     ]
+    assert plan.names == {"_text2"}  # (a condition, not words --sort=relevance ranks by)
     plan = compile_query(parse('to:"Carl Worth" cc:jo* from:ada@example.org', now=NOW))
     # (a value naming an address, or a part of one, reads the addresses only)
     assert list(plan.text.values()) == ['to_names : ("carl" + "worth")', 'to_names : ("jo"*)']
@@ -443,3 +444,10 @@ def test_notmuch_thread_trees_ghosts_loops_and_chains(notmuch_store: MessageStor
     tree = _tree(notmuch_store, "87bmc6lp3h.fsf@len.workgroup")
     assert tree[0].startswith("?RT-Ticket-33575@") and tree[1] == "  87bmc6lp3h.fsf@len.workgroup"
     assert len(tree) == 4
+
+
+def test_relevance_ranks_by_words_not_by_a_name_in_from(fixtures_store: MessageStore) -> None:
+    # from:ada reads the From names too, but ranks nothing: newest first, as before
+    plan = compile_query(parse("from:ada", now=NOW))
+    assert plan.text and plan.names == set(plan.text)
+    assert hits(fixtures_store, "from:ada", sort="relevance") == hits(fixtures_store, "from:ada")
