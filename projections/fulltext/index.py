@@ -210,7 +210,10 @@ class FullText:
         if not self.path.exists():
             return self.rebuild(duck)
         with self.connection() as con:
-            if _meta(con).get("applied_seq") == target:
+            meta = _meta(con)
+            # (an index of another version is rebuilt even when in step: its columns
+            # are not those the queries read)
+            if meta.get("applied_seq") == target and meta.get("text_version") == TEXT_VERSION:
                 return target  # (no write lock taken: the usual case of a search)
             # the write lock first, then what it holds: another process may have
             # brought it up meanwhile
