@@ -281,9 +281,22 @@ def _display_names(h: Message, wanted: frozenset[str]) -> str:
     )
     if not values:
         return ""
+    joined = ", ".join(values)
+    if _QUOTED.search(joined) is None:  # (cut at its commas, as ``_people`` does)
+        items = joined.split(",")
+        if all(_plain_item(item) for item in items):
+            return " ".join(n for item in items if (n := _display_name(item.strip())))
     if sum(len(v) for v in values) < _PERSON_CACHED_BELOW:
         return _display_names_cached(values)
     return _display_names_of(values)
+
+
+def _display_name(item: str) -> str:
+    if "<" not in item:  # (a bare address: no name to read)
+        return ""
+    if len(item) < _PERSON_CACHED_BELOW:
+        return _display_names_cached((item,))
+    return _display_names_of((item,))
 
 
 def _display_names_of(values: tuple[str, ...]) -> str:
