@@ -290,6 +290,9 @@ class _Compiler:
         return f"{_COLUMNS[node.field]} : ({phrase})"
 
     def _address(self, node: Address, m: str) -> str:
+        names = self._names(node, m)
+        if names is not None and any(c.isspace() for c in node.value):
+            return names  # (no address holds a blank: a name only, "Carl Worth")
         if node.field == "from":
             self.notes.append("from: messages.from_addr")
             found = self._address_match(node, f"{m}.from_addr")
@@ -300,7 +303,6 @@ class _Compiler:
                 found = f"list_contains({m}.to_addrs, {_literal(node.value)})"
             else:
                 found = f"len(list_filter({m}.to_addrs, lambda a: {test})) > 0"
-        names = self._names(node, m)
         return found if names is None else f"(coalesce({found}, false) OR {names})"
 
     def _names(self, node: Address, m: str) -> str | None:
@@ -313,6 +315,7 @@ class _Compiler:
         if not words or "\x00" in node.value:
             return None
         column = "from_names" if node.field == "from" else "to_names"
+        self.notes.append(f"{node.field}: a word or phrase of {column}, the display names")
         phrase = " + ".join(f'"{w}"' for w in words) + ("*" if node.prefix else "")
         matching = self._matching(f"{column} : ({phrase})", m, conjunct=False)
         self.names.add(f"_text{len(self.text)}")
