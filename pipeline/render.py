@@ -19,6 +19,7 @@ from email.message import EmailMessage, Message
 from html.parser import HTMLParser
 
 from pipeline.terminal import terminal_text
+from projections.fulltext.attachments import is_attachment, is_inline_text, is_signature
 
 __all__ = ["Attachment", "MessageText", "html_to_text", "message_text", "render_text"]
 
@@ -135,24 +136,35 @@ def message_text(raw: bytes) -> MessageText:
     except Exception:  # a broken multipart: the walk below still lists its parts
         body_part = None
     attachments: list[Attachment] = []
+    inline: list[str] = []  # inline text files: body text of their own
     for number, part in enumerate(msg.walk(), 1):
         if part is body_part or part.is_multipart():
             continue
         ctype = part.get_content_type()
         name = part.get_filename()
-        disposition = part.get_content_disposition()
-        if name is None and disposition != "attachment" and ctype.startswith("text/"):
+        disposition = part.get_content_disposition() or ""
+        if is_signature(ctype):
+            continue  # (it signs the message: nobody opens it)
+        if name and is_inline_text(ctype, disposition):
+            inline.append(_text_of(part))
+            continue
+        if not is_attachment(ctype, name, disposition) and ctype.startswith("text/"):
             continue  # an alternative of the body (the HTML beside the plain text)
         payload = part.get_payload(decode=True)
         size = len(payload) if isinstance(payload, bytes) else 0
         attachments.append(Attachment(str(name) if name else None, ctype, size, number))
-    if body_part is None:
+    if body_part is None and not inline:
         return MessageText("", "", tuple(attachments))
-    text = _decoded(body_part)
-    ctype = body_part.get_content_type()
-    if ctype == "text/html":
-        text = html_to_text(text)
-    return MessageText(text.replace("\r\n", "\n"), ctype, tuple(attachments))
+    texts = [_text_of(body_part)] if body_part is not None else []
+    body_type = body_part.get_content_type() if body_part is not None else "text/plain"
+    text = "\n\n".join([*texts, *inline])
+    return MessageText(text.replace("\r\n", "\n"), body_type, tuple(attachments))
+
+
+def _text_of(part: Message) -> str:
+    """A text part's text, HTML reduced to text."""
+    text = _decoded(part)
+    return html_to_text(text) if part.get_content_type() == "text/html" else text
 
 
 def _size(n: int) -> str:

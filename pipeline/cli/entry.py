@@ -23,7 +23,7 @@ from pipeline.cli import (
 )
 from pipeline.cli.common import resolve_store
 from pipeline.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from pipeline.cli.parsing import Parser, Version, global_options
+from pipeline.cli.parsing import Parser, Version, global_options, query_words_last
 from pipeline.held_code import held_code, install_changed
 from pipeline.verbosity import LogSetup
 from stores.errors import ConfigError, MailledgerError, NotFoundError, UsageError
@@ -57,7 +57,12 @@ _COMMANDS = (
 _RUNS = frozenset({"sync", "import", "replay", "compact", "dispatch", "delete"})
 
 
-def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
+# the commands whose arguments are the words of a query, as notmuch reads them
+# (`search -from:carl subject:x`: a leading "-" is NOT, not an option)
+_QUERY_COMMANDS = ("search",)
+
+
+def build_parser(env: Mapping[str, str]) -> Parser:
     """The parser of the whole command line (``env``: the environment it runs in)."""
     parser = Parser(
         prog="mailledger",
@@ -81,6 +86,7 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     for add in _COMMANDS:
         add(subs)
+    parser.query_commands = {name: subs.choices[name] for name in _QUERY_COMMANDS}
     return parser
 
 
@@ -95,7 +101,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     held = contextlib.ExitStack()
     try:
         parser = build_parser(env)
-        args = parser.parse_args(argv)
+        words = sys.argv[1:] if argv is None else argv
+        args = parser.parse_args(query_words_last(words, parser, parser.query_commands))
         if args.command in _RUNS:
             held.enter_context(held_code())
         args.parser = parser  # (completion and man describe it)

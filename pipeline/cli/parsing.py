@@ -15,7 +15,15 @@ from pipeline.cli.common import version
 from pipeline.cli.output import echo
 from stores.errors import UsageError
 
-__all__ = ["GLOBAL_OPTIONS", "Command", "Parser", "Version", "add_command", "global_options"]
+__all__ = [
+    "GLOBAL_OPTIONS",
+    "Command",
+    "Parser",
+    "Version",
+    "add_command",
+    "global_options",
+    "query_words_last",
+]
 
 Command = Callable[[argparse.Namespace], int]
 GLOBAL_OPTIONS = "global options (before or after the command)"
@@ -34,6 +42,13 @@ class Version(argparse.Action):
 
 
 class Parser(argparse.ArgumentParser):
+    query_commands: dict[str, argparse.ArgumentParser]
+    """The commands whose positional arguments are query words (``query_words_last``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.query_commands = {}
+
     def error(self, message: str) -> NoReturn:  # usage errors exit 2 with the reason
         self.print_usage(sys.stderr)
         raise UsageError(message)
@@ -120,3 +135,64 @@ def add_command(
     global_options(p, after_command=True)
     p.set_defaults(fn=fn, opens_store=opens_store)
     return p
+
+
+def _takes_value(parser: argparse.ArgumentParser, token: str) -> bool | None:
+    """Whether the option ``token`` of ``parser`` is followed by its value; None
+    when ``token`` is no option of it (an abbreviation counts when it names one)."""
+    name, equals, _ = token.partition("=")
+    actions = {
+        option: action
+        for action in parser._actions  # (argparse has no public list of them)
+        for option in action.option_strings
+    }
+    found = actions.get(name)
+    if found is None and name.startswith("--"):
+        matches = {a for option, a in actions.items() if option.startswith(name)}
+        found = matches.pop() if len(matches) == 1 else None
+        if found is None and matches:
+            return False  # (ambiguous: argparse names the candidates)
+    if found is None:
+        return None
+    return not equals and found.nargs != 0
+
+
+def query_words_last(
+    argv: Sequence[str], top: argparse.ArgumentParser, commands: dict[str, argparse.ArgumentParser]
+) -> list[str]:
+    """``argv`` with the query words of a command of ``commands`` (its positional
+    arguments) moved after a ``--``, in their order, its options before.
+
+    notmuch reads ``notmuch search -from:carl subject:x`` as a query: argparse would
+    take ``-from:carl`` for an unknown option. After the command, a token is an
+    option when it is one of the command's (``--limit 5``, ``--sort=oldest``,
+    ``-q``, a unique abbreviation); every other token, a leading ``-`` or not, is a
+    query word. A ``--`` already there ends the options as usual."""
+    words = list(argv)
+    at = 0
+    while at < len(words):  # the command: the first token that is no global option's
+        token = words[at]
+        if token in commands:
+            break
+        if not token.startswith("-") or token == "--":
+            return words
+        at += 2 if _takes_value(top, token) else 1
+    else:
+        return words
+    command = commands[words[at]]
+    options: list[str] = []
+    query: list[str] = []
+    rest = iter(words[at + 1 :])
+    for token in rest:
+        if token == "--":
+            query.extend(rest)
+            break
+        takes = _takes_value(command, token) if token.startswith("-") else None
+        if takes is None:
+            query.append(token)
+            continue
+        options.append(token)
+        value = next(rest, None) if takes else None
+        if value is not None:
+            options.append(value)
+    return [*words[: at + 1], *options, "--", *query] if query else words

@@ -86,13 +86,14 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     if (args.limit is not None and args.limit < 0) or args.offset < 0:
         raise UsageError("--limit and --offset may not be negative")
-    tree = parse(args.query, now=_now(args), tz=_zone(args.tz))  # (exit 2, with the position)
+    query = " ".join(args.query)  # (several arguments are one query, as notmuch reads them)
+    tree = parse(query, now=_now(args), tz=_zone(args.tz))  # (exit 2, with the position)
     plan = compile_query(tree)
     if args.explain:
         output.echo(f"query: {explain(tree)}")
         for note in plan.notes:
             output.echo(f"  - {note}")
-        if args.sort == "relevance" and not plan.text:
+        if args.sort == "relevance" and not plan.text.keys() - plan.names:
             output.echo("  - --sort=relevance: no words or phrases to rank by; newest first")
         elif plan.drive is not None and args.limit is not None and args.sort != "relevance":
             output.echo(
@@ -127,12 +128,12 @@ def cmd_search(args: argparse.Namespace) -> int:
         # (--limit 0 or an --offset past the end: the page is empty, the search is not)
         page = "--limit 0" if args.limit == 0 else f"--offset {args.offset}"
         output.note(
-            f"mailledger: {matched} message{'s' if matched != 1 else ''} match {args.query!r}"
+            f"mailledger: {matched} message{'s' if matched != 1 else ''} match {query!r}"
             f" ({page} shows none of them)"
         )
         return EXIT_OK
     if empty:
-        output.note(f"mailledger: no messages match {args.query!r}")
+        output.note(f"mailledger: no messages match {query!r}")
         return EXIT_ERROR if args.exit_on_empty else EXIT_OK
     return EXIT_OK
 
@@ -229,10 +230,15 @@ def add_search(subs: Any) -> None:
         "search",
         cmd_search,
         "search the store: from:, to:, cc:, subject:, id:, thread:, list:, date:, size:,"
-        " folder:, account:, is:, words; AND, OR, NOT, -, ( )",
-        "mailledger search 'from:alice subject:budget date:2025-06..'",
+        " folder:, account:, is:, words; and, or, not (any case), -, ( )",
+        "mailledger search from:alice subject:budget date:2025-06.. -has:attachment",
     )
-    p.add_argument("query", help="the query (one argument: quote it)")
+    p.add_argument(
+        "query",
+        nargs="+",
+        help="the query: its words, one argument or several (joined by spaces); a word"
+        " starting with '-' is NOT (no '--' needed)",
+    )
     p.add_argument(
         "--output",
         choices=_OUTPUTS,

@@ -1,5 +1,6 @@
 """The searchable text of one raw message: its subject key, the names and addresses
-of its From, To and Cc, its body text and its attachments' file names.
+of its From, To and Cc (and the display names of From, and of To and Cc, apart:
+``from:Carl`` reads them), its body text and its attachments' file names.
 
 Pure and deterministic (the same bytes always give the same text): the index is
 contentless, so removing a message from it means handing it the exact text that
@@ -26,6 +27,7 @@ import re
 from dataclasses import dataclass
 from email.message import Message
 
+from projections.fulltext.attachments import is_attachment, is_signature
 from projections.fulltext.headers import boundary as part_boundary
 from projections.fulltext.headers import charset as part_charset
 from projections.fulltext.headers import kind, parse_head
@@ -48,8 +50,13 @@ class MessageText:
     names: str
     filenames: str
     has_attachment: bool
+    from_names: str = ""
+    """The display names of From (not the addresses: ``from:`` reads those in
+    ``messages``)."""
+    to_names: str = ""
+    """The display names of To and Cc together (as ``to:`` and ``cc:`` read them)."""
 
-    def row(self) -> tuple[str, str, str, str, str]:
+    def row(self) -> tuple[str, str, str, str, str, str, str]:
         """The values of the index's columns, in their order (``fulltext.index``)."""
         return (
             self.subject,
@@ -57,6 +64,8 @@ class MessageText:
             self.names,
             self.filenames,
             "attachment" if self.has_attachment else "",
+            self.from_names,
+            self.to_names,
         )
 
 
@@ -158,7 +167,9 @@ class _Walk:
         head, body = _split(raw)
         h = parse_head(head)
         ctype, name, disposition = kind(h)
-        if name or disposition == "attachment":
+        if is_signature(ctype):  # (no attachment, no text: ``attachments``)
+            return h
+        if is_attachment(ctype, name, disposition):
             self.attachment = True
             if name:
                 self.names.append(_header_text(name))
@@ -176,7 +187,15 @@ class _Walk:
         if ctype in ("text/plain", "text/html"):
             cte = str(h.get("Content-Transfer-Encoding", ""))
             charset = part_charset(h) or "utf-8"
-            (self.plain if ctype == "text/plain" else self.html).append(_decode(body, cte, charset))
+            text = _decode(body, cte, charset)
+            if name:  # (its name is searched by filename:, as an attachment's is)
+                self.names.append(_header_text(name))
+            if name and ctype == "text/html":
+                # an inline text/html file is body text of its own, not the HTML
+                # alternative of the plain body (``attachments.is_inline_text``)
+                self.plain.append(html_to_text(text))
+            else:
+                (self.plain if ctype == "text/plain" else self.html).append(text)
         return h
 
     def _multipart(self, body: bytes, boundary: str, depth: int) -> None:
@@ -253,12 +272,54 @@ def _people_cached(values: tuple[str, ...]) -> str:
     return _people_of(values)
 
 
+def _display_names(h: Message, wanted: frozenset[str]) -> str:
+    """The display names of the headers ``wanted`` (lower-case names) of ``h``."""
+    values = tuple(
+        _as_text(h.policy.header_fetch_parse(name, value))
+        for name, value in h.raw_items()
+        if name.lower() in wanted
+    )
+    if not values:
+        return ""
+    joined = ", ".join(values)
+    if _QUOTED.search(joined) is None:  # (cut at its commas, as ``_people`` does)
+        items = joined.split(",")
+        if all(_plain_item(item) for item in items):
+            return " ".join(n for item in items if (n := _display_name(item.strip())))
+    if sum(len(v) for v in values) < _PERSON_CACHED_BELOW:
+        return _display_names_cached(values)
+    return _display_names_of(values)
+
+
+def _display_name(item: str) -> str:
+    if "<" not in item:  # (a bare address: no name to read)
+        return ""
+    if len(item) < _PERSON_CACHED_BELOW:
+        return _display_names_cached((item,))
+    return _display_names_of((item,))
+
+
+def _display_names_of(values: tuple[str, ...]) -> str:
+    names = (_header_text(display) for display, _ in email.utils.getaddresses(values))
+    return " ".join(n for n in names if n)
+
+
+@functools.lru_cache(maxsize=16_384)
+def _display_names_cached(values: tuple[str, ...]) -> str:
+    return _display_names_of(values)
+
+
+_FROM = frozenset({"from"})
+_TO_CC = frozenset({"to", "cc"})
+
+
 def extract(raw: bytes) -> MessageText:
     """The folded text fields of the raw message ``raw`` (never raises on bad mail)."""
     walk = _Walk()
     try:
         top = walk.part(raw)
         subject, people = _header_text(top.get("Subject")), _people(top)
+        from_names, to_names = _display_names(top, _FROM), _display_names(top, _TO_CC)
     except Exception:  # a message no rule foresaw: its raw text is still searchable
         text = raw.decode("utf-8", errors="replace")
         return MessageText("", fold(text), "", "", False)
@@ -270,4 +331,6 @@ def extract(raw: bytes) -> MessageText:
         names=fold(people),
         filenames=fold(" ".join(walk.names)),
         has_attachment=walk.attachment,
+        from_names=fold(from_names),
+        to_names=fold(to_names),
     )

@@ -51,8 +51,11 @@ log = logging.getLogger("mailledger.store")
 # version is rebuilt (its removals would not find the text it was given).
 # ``docs.has_text`` is 0 for a message whose blob could not be read when it was
 # indexed (it was given no text, so its removal gives none either).
-TEXT_VERSION = 3
-COLUMNS = ("subject", "body", "names", "filenames", "flags")
+# 4: the display names of From, and of To and Cc, in columns of their own
+# (``from:Carl``); an inline text part with a file name is body text; a detached
+# signature is no attachment (``attachments.is_attachment``).
+TEXT_VERSION = 4
+COLUMNS = ("subject", "body", "names", "filenames", "flags", "from_names", "to_names")
 
 _SCHEMA = f"""
 CREATE VIRTUAL TABLE text USING fts5({", ".join(COLUMNS)}, content='',
@@ -90,8 +93,9 @@ _MERGES = (
     "INSERT INTO text(text, rank) VALUES('crisismerge', ?)",
 )
 _OPTIMIZE = "INSERT INTO text(text) VALUES('optimize')"
-_INSERT = f"INSERT INTO text(rowid, {', '.join(COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)"
-_DELETE = f"INSERT INTO text(text, rowid, {', '.join(COLUMNS)}) VALUES ('delete', ?, ?, ?, ?, ?, ?)"
+_MARKS = ", ".join("?" * (len(COLUMNS) + 1))
+_INSERT = f"INSERT INTO text(rowid, {', '.join(COLUMNS)}) VALUES ({_MARKS})"
+_DELETE = f"INSERT INTO text(text, rowid, {', '.join(COLUMNS)}) VALUES ('delete', {_MARKS})"
 
 
 def _pragma(con: apsw.Connection, statement: str) -> None:
@@ -206,7 +210,10 @@ class FullText:
         if not self.path.exists():
             return self.rebuild(duck)
         with self.connection() as con:
-            if _meta(con).get("applied_seq") == target:
+            meta = _meta(con)
+            # (an index of another version is rebuilt even when in step: its columns
+            # are not those the queries read)
+            if meta.get("applied_seq") == target and meta.get("text_version") == TEXT_VERSION:
                 return target  # (no write lock taken: the usual case of a search)
             # the write lock first, then what it holds: another process may have
             # brought it up meanwhile

@@ -24,7 +24,7 @@ log = logging.getLogger("mailledger.store")
 Item = tuple[int, str, str, int | None]
 """``(seq, message_id, sha256, date)`` of a stored message (its date in whole
 seconds since the epoch, None when undated)."""
-Row = tuple[str, str, str, str, str]
+Row = tuple[str, str, str, str, str, str, str]
 """The index's column values for a message (``MessageText.row``)."""
 Extracted = list[tuple[Item, Row | None]]
 """Each message of a chunk with the index's column values for it (None: its

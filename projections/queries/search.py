@@ -46,9 +46,10 @@ _ORDER = {
     # FTS5's bm25 summed over the query's text terms (lower is better), then newest
     "relevance": "{r} ASC NULLS LAST, {d} DESC NULLS LAST, {i}",
 }
-RANK_WEIGHTS = (4.0, 1.0, 2.0, 2.0, 0.0)
+RANK_WEIGHTS = (4.0, 1.0, 2.0, 2.0, 0.0, 2.0, 2.0)
 """bm25's weight of each column of the index (subject, body, names, filenames,
-flags): a word in the subject counts four times one in the body."""
+flags, from_names, to_names): a word in the subject counts four times one in the
+body."""
 _RANK = "_rank"  # the table of (seq, score) a relevance search reads
 
 _MESSAGES = (
@@ -102,7 +103,7 @@ def search_sql(
     page = _page(limit, offset)
     if output == "count":
         return f"SELECT count(*) AS count FROM messages m WHERE {plan.where}"
-    if sort == "relevance" and not plan.text:
+    if sort == "relevance" and not plan.text.keys() - plan.names:
         sort = "newest"
     ranked = sort == "relevance"
     join = f" LEFT JOIN {_RANK} r ON r.seq = m.seq" if ranked else ""
@@ -304,7 +305,7 @@ def _text_matches(
         raise ValueError("this plan reads the full-text index: pass its connection")
     scores: dict[int, float] = {}
     for name, expression in plan.text.items():
-        if ranked:
+        if ranked and name not in plan.names:
             matched = match_ranked(text, expression, RANK_WEIGHTS)
             for seq, score in matched:
                 scores[seq] = scores.get(seq, 0.0) + score

@@ -11,8 +11,11 @@ What the read model answers today, and how:
 
 - ``from:`` reads ``messages.from_addr``; ``to:`` and ``cc:`` read
   ``messages.to_addrs``, which holds the To and Cc addresses together, so both
-  match either header. Display names are not kept: ``from:`` matches addresses.
-- bare words and phrases (the subject and the body text), ``subject:``,
+  match either header. A value that names no address part (no ``@``: ``Carl``,
+  ``"Carl Worth"``) also matches the display names, as notmuch's does: a word
+  (or phrase) of the full-text index's ``from_names`` (``to_names``: To and Cc).
+- bare words and phrases (the subject, the body text, and the From/To/Cc names
+  and addresses, as notmuch's), ``subject:``,
   ``body:``, ``filename:`` and ``has:attachment`` read the full-text index
   (``projections.fulltext``): each becomes an FTS5 ``MATCH`` expression whose
   matching seqs the plan names as a table (``SearchPlan.text``), and the row's
@@ -51,6 +54,7 @@ from projections.search import (
     Thread,
     ThreadOf,
     Word,
+    fold,
 )
 from projections.tables import sql_string
 from stores.errors import UsageError
@@ -63,7 +67,8 @@ _DOMAIN = "regexp_extract({a}, '@([^@]*)$', 1)"
 
 # the index's columns a text field searches (``projections.fulltext.index``)
 _COLUMNS = {
-    "text": "{subject body}",
+    # (as notmuch's: the subject, the body, and the From/To/Cc names and addresses)
+    "text": "{subject body names}",
     "subject": "subject",
     "body": "body",
     "filename": "filenames",
@@ -96,6 +101,10 @@ class SearchPlan:
     """A condition on ``message_id`` itself (``id:``, a thread) is part of it:
     DuckDB reads such a condition through the index only outside a query with
     ``ORDER BY … LIMIT``, so a page is read in two parts (``queries.search``)."""
+    names: set[str] = field(default_factory=set)
+    """The text tables that read display names for ``from:``/``to:``/``cc:``: a
+    condition like the addresses beside them, not words to rank by (relevance
+    scores the query's words and phrases)."""
     threads: dict[str, str] = field(default_factory=dict)
     """The threads the condition reads: table name -> the Message-ID whose thread
     it holds (one column, ``message_id``, of the thread's messages). A search
@@ -112,7 +121,9 @@ def compile_query(tree: Query) -> SearchPlan:
     drive = None if compiler.nested else compiler.drive
     only = drive is not None and len(compiler.text) == 1 and where in _only(drive)
     notes = list(dict.fromkeys(compiler.notes))
-    return SearchPlan(where, notes, compiler.text, drive, only, compiler.by_id, compiler.threads)
+    return SearchPlan(
+        where, notes, compiler.text, drive, only, compiler.by_id, compiler.names, compiler.threads
+    )
 
 
 def _only(name: str) -> tuple[str, str]:
@@ -147,6 +158,7 @@ class _Compiler:
         self.text: dict[str, str] = {}
         self.drive: str | None = None  # a text table every match is in
         self.threads: dict[str, str] = {}
+        self.names: set[str] = set()
         self.by_id = False  # a condition on message_id itself
         self.nested = False  # a text table is read inside a subquery
 
@@ -278,14 +290,36 @@ class _Compiler:
         return f"{_COLUMNS[node.field]} : ({phrase})"
 
     def _address(self, node: Address, m: str) -> str:
+        names = self._names(node, m)
+        if names is not None and any(c.isspace() for c in node.value):
+            return names  # (no address holds a blank: a name only, "Carl Worth")
         if node.field == "from":
-            self.notes.append("from: messages.from_addr (addresses only, not display names)")
-            return self._address_match(node, f"{m}.from_addr")
-        self.notes.append(_TO_CC)
-        test = self._address_match(node, "a")
-        if node.part == "address" and not node.prefix:
-            return f"list_contains({m}.to_addrs, {_literal(node.value)})"
-        return f"len(list_filter({m}.to_addrs, lambda a: {test})) > 0"
+            self.notes.append("from: messages.from_addr")
+            found = self._address_match(node, f"{m}.from_addr")
+        else:
+            self.notes.append(_TO_CC)
+            test = self._address_match(node, "a")
+            if node.part == "address" and not node.prefix:
+                found = f"list_contains({m}.to_addrs, {_literal(node.value)})"
+            else:
+                found = f"len(list_filter({m}.to_addrs, lambda a: {test})) > 0"
+        return found if names is None else f"(coalesce({found}, false) OR {names})"
+
+    def _names(self, node: Address, m: str) -> str | None:
+        """The condition that the display names of ``node``'s header hold its value
+        (a word or a phrase); None for a value naming an address or a part of one
+        (with an ``@``), or holding no word."""
+        if node.part != "any":
+            return None
+        words = [w for w in _NOT_WORD.split(fold(node.value)) if w]
+        if not words or "\x00" in node.value:
+            return None
+        column = "from_names" if node.field == "from" else "to_names"
+        self.notes.append(f"{node.field}: a word or phrase of {column}, the display names")
+        phrase = " + ".join(f'"{w}"' for w in words) + ("*" if node.prefix else "")
+        matching = self._matching(f"{column} : ({phrase})", m, conjunct=False)
+        self.names.add(f"_text{len(self.text)}")
+        return matching
 
     @staticmethod
     def _address_match(node: Address, a: str) -> str:

@@ -6,9 +6,17 @@ month or day in the query's time zone; an instant (``2025-06-01T10:00Z``,
 ``2025-06-01T12:00+02:00``) is a point. A range ``A..B`` runs from the start
 of ``A`` to the end of ``B`` (a calendar ``B`` is included whole, an instant
 ``B`` is where the range stops); either end may be left open. Relative forms
-``3d``, ``2w``, ``1m``, ``1y`` (also ``h``) count back from ``now``, which the
-caller passes in: there is no clock here. A relative form alone is open
-towards the present: ``date:2w`` is ``date:2w..``.
+count back from ``now``, which the caller passes in: there is no clock here.
+They are notmuch's (notmuch-search-terms(7)): a number and a unit, repeated and
+added up (``3d``, ``2w``, ``1M``, ``1y``, ``5M2d``, ``"2 weeks"``, ``"last
+week"``), the units ``y``/``year(s)``, ``M``/``month(s)``, ``w``/``week(s)``,
+``d``/``day(s)``, ``h``/``hour(s)``/``hr(s)``, ``min(s)``/``minute(s)``,
+``s``/``sec(s)``/``second(s)``; ``m`` alone is a month, as in mu (notmuch reads
+it as a minute). As notmuch, a relative form names the whole of its smallest
+unit, in the query's time zone: ``date:3d..`` starts at the beginning of the
+day three days ago, ``date:..10y`` ends with the year ten years ago, and
+``date:10y`` alone is that whole year (a week rounds to the day). ``today`` and
+``yesterday`` are calendar days, ``now`` the instant.
 """
 
 from __future__ import annotations
@@ -22,11 +30,22 @@ __all__ = ["read_date_range", "read_size_range"]
 
 _CALENDAR = re.compile(r"(\d{4})(?:-(\d{1,2})(?:-(\d{1,2}))?)?", re.ASCII)
 _INSTANT = re.compile(
-    r"(\d{4})-(\d{1,2})-(\d{1,2})[Tt](\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?"
+    r"(\d{4})-(\d{1,2})-(\d{1,2})(?:[Tt]| +)(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?"
     r"(?:([Zz])|([+-])(\d{2}):?(\d{2}))?",
     re.ASCII,
 )
-_RELATIVE = re.compile(r"(\d{1,6})([hdwmy])", re.ASCII)
+_RELATIVE_PART = re.compile(r"\s*(\d{1,6}|last)\s*([a-zA-Z]+)", re.ASCII)
+# each unit's spellings (case-insensitive but for M, a month, and m, which mu reads
+# as a month too): (seconds, months) of one
+_UNITS: dict[str, tuple[int, int]] = {
+    **dict.fromkeys(("y", "year", "years", "yr", "yrs"), (0, 12)),
+    **dict.fromkeys(("month", "months", "mon", "mons"), (0, 1)),
+    **dict.fromkeys(("w", "week", "weeks", "wk", "wks"), (7 * 86400, 0)),
+    **dict.fromkeys(("d", "day", "days"), (86400, 0)),
+    **dict.fromkeys(("h", "hour", "hours", "hr", "hrs"), (3600, 0)),
+    **dict.fromkeys(("min", "mins", "minute", "minutes"), (60, 0)),
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), (1, 0)),
+}
 _SIZE = re.compile(r"(\d{1,15})([kmg]?)b?", re.ASCII | re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
@@ -41,28 +60,67 @@ def _months_back(now: datetime, months: int) -> datetime:
     return now.replace(year=year, month=month, day=min(now.day, last_day))
 
 
-def _relative(m: re.Match[str], now: datetime) -> datetime:
-    count, unit = int(m[1]), m[2]
-    if unit == "h":
-        return now - timedelta(hours=count)
-    if unit == "d":
-        return now - timedelta(days=count)
-    if unit == "w":
-        return now - timedelta(weeks=count)
-    return _months_back(now, count * (12 if unit == "y" else 1))
+def _relative_parts(text: str) -> list[re.Match[str]]:
+    """The parts (a count and a unit) ``text`` is made of, when it is a relative
+    form; [] when it is not (read part after part: no backtracking on long text)."""
+    text, at, parts = text.rstrip(), 0, []
+    while at < len(text):
+        m = _RELATIVE_PART.match(text, at)
+        if m is None:
+            return []
+        parts.append(m)
+        at = m.end()
+    return parts
+
+
+def _relative(parts: list[re.Match[str]], now: datetime, tz: tzinfo) -> tuple[datetime, datetime]:
+    """The period ``parts`` (``5M2d``, ``last week``) name, counted back from
+    ``now``: as notmuch, the instant rounded to its smallest unit (``10y``: the
+    whole year ten years ago; ``3d``: the whole day; ``2w``: the whole day two
+    weeks ago; ``90mins``: the minute), in ``tz``. ValueError for a unit that is
+    none."""
+    seconds = months = 0
+    finest = 12 * 31 * 86400  # the smallest unit named, in (about) seconds
+    for m in parts:
+        count = 1 if m[1] == "last" else int(m[1])
+        unit = m[2] if m[2] in ("M", "m") else m[2].lower()
+        if unit not in ("M", "m") and unit not in _UNITS:
+            raise ValueError(f"{m[2]!r} is no unit")
+        per_second, per_month = (0, 1) if unit in ("M", "m") else _UNITS[unit]
+        seconds += count * per_second
+        months += count * per_month
+        finest = min(finest, per_second or per_month * 31 * 86400)
+    local = (_months_back(now, months) - timedelta(seconds=seconds)).astimezone(tz)
+    if finest >= 12 * 31 * 86400:
+        return _period(local.year, None, None, tz)
+    if finest >= 31 * 86400:
+        return _period(local.year, local.month, None, tz)
+    if finest >= 86400:  # a day, or a week (rounded to the day)
+        return _period(local.year, local.month, local.day, tz)
+    start = local.replace(microsecond=0)
+    if finest >= 60:
+        start = start.replace(second=0)
+    if finest >= 3600:
+        start = start.replace(minute=0)
+    return start, start + timedelta(seconds=finest)
 
 
 def _calendar(m: re.Match[str], tz: tzinfo) -> tuple[datetime, datetime]:
     """The first instant of a calendar year, month or day in ``tz`` and of the next one."""
-    year, month, day = int(m[1]), m[2], m[3]
+    month, day = (None if part is None else int(part) for part in (m[2], m[3]))
+    return _period(int(m[1]), month, day, tz)
+
+
+def _period(year: int, month: int | None, day: int | None, tz: tzinfo) -> tuple[datetime, datetime]:
+    """The first instant of the year (month, day) in ``tz`` and of the next one."""
     if month is None:
         start = datetime(year, 1, 1, tzinfo=tz)
         end = datetime(year + 1, 1, 1, tzinfo=tz)
     elif day is None:
-        start = datetime(year, int(month), 1, tzinfo=tz)
-        end = datetime(year + int(month) // 12, int(month) % 12 + 1, 1, tzinfo=tz)
+        start = datetime(year, month, 1, tzinfo=tz)
+        end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=tz)
     else:
-        start = datetime(year, int(month), int(day), tzinfo=tz)
+        start = datetime(year, month, day, tzinfo=tz)
         following = start.replace(tzinfo=None) + timedelta(days=1)
         end = following.replace(tzinfo=tz)
     return start, end
@@ -95,9 +153,16 @@ def _point(text: str, now: datetime, tz: tzinfo) -> tuple[datetime, datetime]:
 
     Raises ValueError (or OverflowError) when ``text`` is no date.
     """
-    if m := _RELATIVE.fullmatch(text):
-        instant = _relative(m, now)
-        return instant, instant
+    word = text.lower()
+    if word == "now":
+        return now, now
+    if word in ("today", "yesterday"):
+        day = now.astimezone(tz).date() - timedelta(days=word == "yesterday")
+        start = datetime(day.year, day.month, day.day, tzinfo=tz)
+        following = start.replace(tzinfo=None) + timedelta(days=1)
+        return start, following.replace(tzinfo=tz)
+    if parts := _relative_parts(text):
+        return _relative(parts, now, tz)
     if m := _INSTANT.fullmatch(text):
         instant = _instant(m, tz)
         return instant, instant
@@ -118,9 +183,10 @@ def read_date_range(
         now = now.replace(tzinfo=UTC)
     low_text, dots, high_text = text.partition("..")
     if not dots:
-        relative = _RELATIVE.fullmatch(text) is not None
         start, end = _read_end(text, position, now, tz)
-        return start.astimezone(UTC), None if relative else end.astimezone(UTC)
+        if end == start:  # an instant alone: the minute (second...) it names, as notmuch
+            end = start + _precision(text)
+        return start.astimezone(UTC), end.astimezone(UTC)
     if not low_text and not high_text:
         raise QuerySyntaxError(position, "a date range needs at least one end")
     start_utc = end_utc = None
@@ -134,6 +200,17 @@ def read_date_range(
     return start_utc, end_utc
 
 
+def _precision(text: str) -> timedelta:
+    """How long the instant ``text`` spans: to the minute, second or microsecond
+    it is written to (``now``: a second)."""
+    m = _INSTANT.fullmatch(text)
+    if m is not None and m[6] is None:
+        return timedelta(minutes=1)
+    if m is not None and m[7] is not None:
+        return timedelta(microseconds=1)
+    return timedelta(seconds=1)
+
+
 def _read_end(text: str, position: int, now: datetime, tz: tzinfo) -> tuple[datetime, datetime]:
     try:
         start, end = _point(text, now, tz)
@@ -141,7 +218,8 @@ def _read_end(text: str, position: int, now: datetime, tz: tzinfo) -> tuple[date
     except (ValueError, OverflowError):
         raise QuerySyntaxError(
             position,
-            f"{text!r} is not a date (2025, 2025-06, 2025-06-01, 2025-06-01T10:00Z, 3d, 2w, 1y)",
+            f"{text!r} is not a date (2025, 2025-06, 2025-06-01, 2025-06-01T10:00Z,"
+            " today, yesterday, 3d, 2w, 1M, 1y, 'last week')",
         ) from None
 
 

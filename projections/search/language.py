@@ -1,8 +1,9 @@
 """The search language: a query string read into a tree of ``nodes``.
 
 notmuch/mu-style: ``from:alice subject:budget date:2025-06..`` and free words.
-Terms next to each other must all match (implicit AND); ``OR``, ``AND`` and
-``NOT`` are upper-case keywords, ``-`` before a term is NOT, parentheses group,
+Terms next to each other must all match (implicit AND); ``or``, ``and`` and
+``not`` are keywords in any case, as in notmuch (``OR``, ``And``: a word to be
+searched as itself is quoted, ``"and"``), ``-`` before a term is NOT, parentheses group,
 ``"…"`` is a phrase, a trailing ``*`` a prefix, ``*`` alone every message.
 ``OR`` binds looser than AND, NOT tighter than both. ``thread:{…}`` nests a
 whole query. A field name outside the known ones is an error, not a word
@@ -116,8 +117,9 @@ class _Scanner:
         while j < len(q) and not q[j].isspace() and q[j] not in _STRUCTURE:
             j += 1
         word = q[start:j]
-        if word in _KEYWORDS:
-            kind: TokenKind = "AND" if word == "AND" else "OR" if word == "OR" else "NOT"
+        if word.upper() in _KEYWORDS:  # (any case: notmuch's Xapian FLAG_BOOLEAN_ANY_CASE)
+            upper = word.upper()
+            kind: TokenKind = "AND" if upper == "AND" else "OR" if upper == "OR" else "NOT"
             self.tokens.append(_Token(kind, start))
             return j
         name, colon, rest = word.partition(":")
@@ -129,6 +131,8 @@ class _Scanner:
                 start, f"unknown field {name + ':'!r} (quote the word to search for it)"
             )
         value_at = start + len(name) + 1
+        if field == "date":
+            return self._date(start, value_at)
         exact = field == "subject" and rest.startswith("=")
         if exact:
             rest, value_at = rest[1:], value_at + 1
@@ -140,6 +144,35 @@ class _Scanner:
             self.tokens.append(_Token("thread{", start))
             return j + 1
         raise QuerySyntaxError(value_at, f"{field}: needs a value")
+
+    def _date(self, start: int, value_at: int) -> int:
+        """A ``date:`` value: quoted and unquoted pieces up to a blank or a bracket,
+        read as one (``date:"last week"..``, ``date:yesterday.."2 hours"``)."""
+        q, j, pieces = self.query, value_at, []
+        while j < len(q) and not q[j].isspace() and (q[j] == '"' or q[j] not in _STRUCTURE):
+            if q[j] == '"':
+                text, j, star = self._read_quoted(j)
+                pieces.append(text + "*" * star)
+            else:
+                k = j
+                while k < len(q) and not q[k].isspace() and q[k] not in _STRUCTURE:
+                    k += 1
+                pieces.append(q[j:k])
+                j = k
+        value = "".join(pieces)
+        if not value:
+            raise QuerySyntaxError(value_at, "date: needs a value")
+        prefix = value.endswith("*")
+        term = TermText(
+            field="date",
+            value=value[:-1] if prefix else value,
+            value_position=value_at,
+            end=j,
+            quoted=q[value_at] == '"',
+            prefix=prefix,
+        )
+        self.tokens.append(_Token("term", start, term))
+        return j
 
     def _unquoted(
         self,

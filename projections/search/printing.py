@@ -45,7 +45,7 @@ def _value(text: str) -> str:
     """``text`` as it can follow a ``field:`` (or stand alone) and read back the same."""
     if (
         not text
-        or text in _KEYWORDS
+        or text.upper() in _KEYWORDS
         or text[0] in "-="
         or any(c.isspace() or c in _UNSAFE for c in text)
     ):

@@ -17,7 +17,7 @@ import pytest
 
 from pipeline.sources.maildir import import_maildir
 from pipeline.store import MessageStore
-from projections.fulltext.index import FullText
+from projections.fulltext.index import TEXT_VERSION, FullText
 from projections.queries import compile_query
 from projections.search import parse
 from tests.conftest import StepClock
@@ -336,3 +336,23 @@ def test_a_store_made_again_at_the_same_place_has_its_text_read_from_its_own_blo
             assert found == {f"canary-{n}.{token}@people.example" for n in (1, 2, 3)}, round_
             assert store.verify() == []
         shutil.rmtree(root)
+
+
+def test_an_index_made_before_the_display_names_is_rebuilt_with_them(tmp_path: Path) -> None:
+    """An index of text version 3 (no from_names/to_names columns) is made again
+    at the store's next use, and then a From name finds its mail."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, clock=StepClock(), run_id="r1") as store:
+        import_maildir(store, FIXTURES / "maildir")
+    with apsw.Connection(str(root / "fulltext.sqlite")) as con:  # (version 3's layout)
+        con.execute(
+            "DROP TABLE text; CREATE VIRTUAL TABLE text USING fts5(subject, body, names,"
+            " filenames, flags, content='', tokenize='unicode61 remove_diacritics 2');"
+            " UPDATE meta SET value = 3 WHERE key = 'text_version'"
+        )
+    with MessageStore.open(root, clock=StepClock(), run_id="r2") as store:
+        assert _ids(store, "from:Kowalska") == {"plan-4@example.pl"}  # (zofia@: the name only)
+        assert _ids(store, 'from:"Grace Hopper"') == _ids(store, "from:grace@example.org") != set()
+    with apsw.Connection(str(root / "fulltext.sqlite")) as con:
+        version = next(con.execute("SELECT value FROM meta WHERE key = 'text_version'"))[0]
+    assert version == TEXT_VERSION == 4

@@ -6,6 +6,8 @@ command's outputs and exit codes, and tree snapshots."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -116,7 +118,8 @@ FIXTURE_TABLE: list[tuple[str, set[str]]] = [
     ("date:2024-06-26", {"plan-1@example.org", "plan-2@example.org", "plan-4@example.pl"}),
     ("date:2024-06-27..2024-06-28", {"plan-5@example.org", "nightly-20240628@lists.example.org"}),
     ("date:2024-06-29..", {"nightly-20240629@lists.example.org", "nightly-fix@example.org", NO_ID}),
-    ("date:3d..", {"nightly-20240629@lists.example.org", "nightly-fix@example.org", NO_ID}),
+    # (from the start of the day three days back, as notmuch: 06-28 02:00 is in)
+    ("date:3d..", NIGHTLY | {NO_ID}),
     ("date:..2024-06-25", set()),
     ("-date:2024", {"undated-1@example.com"}),  # undated: in no year, so in NOT any
     ("folder:INBOX", PLAN - {"plan-5@example.org"} | {"undated-1@example.com", NO_ID}),
@@ -182,17 +185,26 @@ NOTMUCH_TABLE: list[tuple[str, int]] = [
     ("(from:cworth OR from:keithp) date:2009", 20),
     ("from:alice@example.org -folder:threading*", 3),
     # the full-text index (duplicated files hold one message: first seen wins)
-    ("has:attachment", 20),
-    ("filename:signature.asc", 6),
+    # (as notmuch counts them: a detached signature or an S/MIME envelope is no
+    # attachment, an inline file is body text; notmuch's `tag:attachment` is 7)
+    ("has:attachment", 7),
+    ("filename:signature.asc", 0),
     ("filename:fake.pdf", 1),  # (a named attachment of no known type)
-    ("filename:patch", 5),
+    ("filename:patch", 4),
     ('body:"too many open files"', 5),
     ('"local caching"', 6),
     ("cifs caching", 11),
     ("cach*", 39),
     ("accentue", 1),  # "accentué", latin-1 in the subject and the body
     ('"bonne heure"', 1),
-    ("notmuch -has:attachment", 53),
+    ("notmuch -has:attachment", 56),  # (bare words read the names and addresses too)
+    # display names, as notmuch matches them (`notmuch count` gives the same)
+    ('from:"Carl Worth"', 12),
+    ("from:Carl", 12),
+    ("from:carl*", 12),
+    ('from:"Keith Packard" OR from:carl', 20),
+    ("carl", 19),  # (a bare word: the subject, the body, the names and addresses)
+    ("boost or python", 4),
 ]
 
 
@@ -227,10 +239,15 @@ def test_text_terms_compile_to_full_text_matches() -> None:
     plan = compile_query(parse("filename:report.pdf OR has:attachment", now=NOW))
     assert list(plan.text.values()) == ['filenames : ("report" + "pdf")', 'flags : "attachment"']
     plan = compile_query(parse('budget "live wi"* -from:ada', now=NOW))
-    # the words of one AND share one match
+    # the words of one AND share one match; from:ada also reads the From names
     assert list(plan.text.values()) == [
-        '{subject body} : ("budget") AND {subject body} : ("live" + "wi"*)'
+        '{subject body names} : ("budget") AND {subject body names} : ("live" + "wi"*)',
+        'from_names : ("ada")',
     ]
+    assert plan.names == {"_text2"}  # (a condition, not words --sort=relevance ranks by)
+    plan = compile_query(parse('to:"Carl Worth" cc:jo* from:ada@example.org', now=NOW))
+    # (a value naming an address, or a part of one, reads the addresses only)
+    assert list(plan.text.values()) == ['to_names : ("carl" + "worth")', 'to_names : ("jo"*)']
     assert any("MATCH" in n for n in plan.notes)
     with pytest.raises(UsageError, match="no letter or digit"):
         compile_query(parse("subject:--", now=NOW))
@@ -249,6 +266,30 @@ def filled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     assert run(capsys, store, "import", "maildir", str(FIXTURES / "maildir"))[0] == 0
     assert run(capsys, store, "import", "mbox", str(FIXTURES / "lists.mbox"))[0] == 0
     return store
+
+
+def test_search_reads_its_arguments_as_one_query_a_leading_dash_as_not(
+    filled: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # as a user types it: a real process, its arguments as the shell splits them
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--store", str(filled), "search",
+         "-from:ada", "--format=ids", "subject:wire", "--limit", "5", "-q"],
+        capture_output=True, text=True, check=False, cwd=REPO,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert set(proc.stdout.split()) == {"plan-2@example.org", "plan-4@example.pl"}
+    for argv, expected in [
+        (["from:ada", "or", "from:bot", "--output", "count"], "4"),
+        (["--output=count", "not", "from:ada", "subject:wire"], "2"),
+        (["--output", "count", "--", "-from:ada", "subject:wire"], "2"),  # ('--' as before)
+        (["--output", "count", "(from:ada", "OR", "from:zofia)", "-date:2024-06-27"], "2"),
+        (["--output", "count", "from:ada subject:plan"], "2"),  # (one argument, as before)
+    ]:
+        code, out, err = run(capsys, filled, "search", *argv)
+        assert (code, out.strip(), err) == (0, expected, ""), argv
+    code, _, err = run(capsys, filled, "search", "subject:wire", "--limit")
+    assert code == 2 and "--limit: expected one argument" in err
 
 
 def test_search_command_outputs_and_formats(
@@ -324,7 +365,7 @@ def test_explain_prints_the_query_the_plan_and_the_sql(
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "query: budget AND NOT from:ada"
-    assert any('MATCH {subject body} : ("budget")' in line for line in lines)
+    assert any('MATCH {subject body names} : ("budget")' in line for line in lines)
     assert lines[-1].startswith("SELECT m.message_id")
     assert "m.seq IN (SELECT seq FROM _text1)" in lines[-1]
     code, out, err = run(capsys, filled, "search", "--format=ids", "flaky")
@@ -403,3 +444,10 @@ def test_notmuch_thread_trees_ghosts_loops_and_chains(notmuch_store: MessageStor
     tree = _tree(notmuch_store, "87bmc6lp3h.fsf@len.workgroup")
     assert tree[0].startswith("?RT-Ticket-33575@") and tree[1] == "  87bmc6lp3h.fsf@len.workgroup"
     assert len(tree) == 4
+
+
+def test_relevance_ranks_by_words_not_by_a_name_in_from(fixtures_store: MessageStore) -> None:
+    # from:ada reads the From names too, but ranks nothing: newest first, as before
+    plan = compile_query(parse("from:ada", now=NOW))
+    assert plan.text and plan.names == set(plan.text)
+    assert hits(fixtures_store, "from:ada", sort="relevance") == hits(fixtures_store, "from:ada")

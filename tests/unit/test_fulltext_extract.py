@@ -132,8 +132,55 @@ def test_notmuch_corpus_html_charset_attachment_and_broken_mail(notmuch_corpus: 
     assert patch.has_attachment
     html_attachment = extract((notmuch_corpus / "html/attribute-text").read_bytes())
     assert html_attachment.filenames == "test.html"
+    # an inline text/html file is body text (reduced to text), no attachment
+    assert "hunter2" in html_attachment.body
+    assert "swordfish" not in html_attachment.body  # (an attribute's value: not shown)
+    assert not html_attachment.has_attachment
     pdf = extract((notmuch_corpus / "indexing/fake-pdf:2,S").read_bytes())
     assert pdf.filenames == "fake.pdf"
     for path in sorted((notmuch_corpus / "broken").rglob("*")):
         if path.is_file():
             assert extract(path.read_bytes()).names  # parsed, not the raw fallback
+
+
+def test_display_names_of_from_and_of_to_and_cc_are_kept_apart() -> None:
+    raw = _mime(b"Content-Type: text/plain\r\n\r\nhi")
+    raw = raw.replace(b"carol@example.net", b'carol@example.net\r\nCc: "Worth, Carl" <cw@x.org>')
+    text = extract(raw)
+    assert text.from_names == "renee muller"
+    assert text.to_names == "bob worth, carl"
+    assert "renee@example.org" not in text.from_names + text.to_names  # (addresses: messages)
+
+
+_SIGNED = (
+    b"From: Carl Worth <cworth@example.org>\r\nSubject: signed\r\nMIME-Version: 1.0\r\n"
+    b'Content-Type: multipart/signed; micalg=pgp-sha256; protocol="application/pgp-signature";'
+    b' boundary="S"\r\n\r\n'
+    b"--S\r\nContent-Type: text/plain\r\n\r\nsigned words\r\n"
+    b'--S\r\nContent-Type: application/pgp-signature; name="signature.asc"\r\n'
+    b'Content-Disposition: attachment; filename="signature.asc"\r\n\r\n'
+    b"-----BEGIN PGP SIGNATURE-----\r\niQEzBAEBCAAdFiEE\r\n-----END PGP SIGNATURE-----\r\n--S--\r\n"
+)
+
+
+def test_a_detached_signature_is_no_attachment_and_no_text() -> None:
+    text = extract(_SIGNED)
+    assert not text.has_attachment
+    assert text.filenames == ""
+    assert "signed words" in text.body
+    assert "pgp" not in text.body
+    smime = _SIGNED.replace(b"application/pgp-signature;", b"application/pkcs7-signature;")
+    assert not extract(smime).has_attachment
+
+
+def test_an_inline_text_file_is_body_text_and_an_attached_one_an_attachment() -> None:
+    html = b'Content-Type: text/html\r\nContent-Disposition: inline; filename="r.html"\r\n\r\n'
+    attached = b'Content-Type: text/plain\r\nContent-Disposition: attachment; filename="a.txt"\r\n'
+    text = extract(
+        _mime(b"Content-Type: text/plain\r\n\r\nthe body", html + b"<p>quarterly report</p>")
+    )
+    assert "the body" in text.body and "quarterly report" in text.body
+    assert not text.has_attachment
+    assert text.filenames == "r.html"
+    with_file = extract(_mime(b"Content-Type: text/plain\r\n\r\nthe body", attached + b"\r\nnotes"))
+    assert with_file.has_attachment and "notes" not in with_file.body

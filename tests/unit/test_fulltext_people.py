@@ -77,3 +77,41 @@ def test_real_headers_read_as_the_whole_list() -> None:
             assert ex._people(h) == _whole(h), name
             compared += 1
     assert compared > 100
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["From", "To", "Cc", "Subject"]),
+            st.lists(_PIECES, max_size=8).map("".join),
+        ),
+        max_size=4,
+    )
+)
+def test_display_names_of_cut_lists_read_as_the_whole_list(values: list[tuple[str, str]]) -> None:
+    h = _head(values)
+    for wanted in (frozenset({"from"}), frozenset({"to", "cc"})):
+        whole = tuple(
+            ex._as_text(h.policy.header_fetch_parse(n, v))
+            for n, v in h.raw_items()
+            if n.lower() in wanted
+        )
+        assert ex._display_names(h, wanted) == (ex._display_names_of(whole) if whole else "")
+
+
+def test_real_display_names_read_as_the_whole_list() -> None:
+    if not _NOTMUCH.is_dir():
+        pytest.fail(f"the corpus is missing: {_NOTMUCH}")
+    for dirpath, _, files in os.walk(_NOTMUCH):
+        for name in files:
+            raw = Path(dirpath, name).read_bytes()
+            h = parse_head(raw[: raw.find(b"\n\n") + 2] if b"\n\n" in raw else raw)
+            whole = tuple(
+                ex._as_text(h.policy.header_fetch_parse(n, v))
+                for n, v in h.raw_items()
+                if n.lower() == "from"
+            )
+            assert ex._display_names(h, frozenset({"from"})) == (
+                ex._display_names_of(whole) if whole else ""
+            ), name

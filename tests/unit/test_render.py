@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -46,3 +49,37 @@ def test_html_reduction_keeps_words_and_paragraphs_and_drops_code() -> None:
         "<p>one<br>two</p><pre>  kept   as is</pre>"
     )
     assert html_to_text(html).splitlines() == ["A B", "C", "", "one", "two", "", "kept   as is"]
+
+
+def test_an_inline_text_html_file_is_shown_with_the_body_and_a_signature_is_not_listed() -> None:
+    raw = (
+        b"Subject: report\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=M\r\n\r\n"
+        b'--M\r\nContent-Type: multipart/signed; protocol="application/pgp-signature";'
+        b" boundary=S\r\n\r\n"
+        b"--S\r\nContent-Type: text/plain\r\n\r\nsee below\r\n"
+        b"--S\r\nContent-Type: application/pgp-signature; name=signature.asc\r\n\r\n"
+        b"SIG\r\n--S--\r\n"
+        b"--M\r\nContent-Type: text/html\r\nContent-Disposition: inline; filename=r.html\r\n\r\n"
+        b"<p>quarterly <b>report</b></p>\r\n"
+        b"--M\r\nContent-Type: application/pdf\r\nContent-Disposition: attachment;"
+        b" filename=r.pdf\r\n\r\n%PDF\r\n--M--\r\n"
+    )
+    text = message_text(raw)
+    assert "see below" in text.body and "quarterly report" in text.body
+    listed = [(a.filename, a.content_type) for a in text.attachments]
+    assert listed == [("r.pdf", "application/pdf")]
+
+
+@pytest.mark.corpus
+def test_real_inline_html_file_is_shown_and_a_real_signature_not_listed(
+    notmuch_corpus: Path,
+) -> None:
+    html = message_text((notmuch_corpus / "html/attribute-text").read_bytes())
+    assert "hunter2" in html.body and html.attachments == ()  # (was: neither)
+    signed = [
+        p for p in notmuch_corpus.rglob("*") if p.is_file() and b"pgp-signature" in p.read_bytes()
+    ]
+    assert signed
+    for path in signed:
+        listed = message_text(path.read_bytes()).attachments
+        assert "application/pgp-signature" not in {a.content_type for a in listed}, path

@@ -135,13 +135,61 @@ TABLE: list[tuple[str, object, str]] = [
     ),
     ("date:2025-06..", DateRange(utc(2025, 6, 1), None), "date:2025-06-01T00:00:00Z.."),
     ("date:..2025", DateRange(None, utc(2026, 1, 1)), "date:..2026-01-01T00:00:00Z"),
-    ("date:2w..", DateRange(utc(2026, 1, 1, 12, 30), None), "date:2026-01-01T12:30:00Z.."),
-    ("date:3d", DateRange(utc(2026, 1, 12, 12, 30), None), "date:2026-01-12T12:30:00Z.."),
-    ("date:1m..", DateRange(utc(2025, 12, 15, 12, 30), None), "date:2025-12-15T12:30:00Z.."),
+    # relative forms name the whole of their smallest unit, as notmuch's (a week: a day)
+    ("date:2w..", DateRange(utc(2026, 1, 1), None), "date:2026-01-01T00:00:00Z.."),
+    (
+        "date:3d",
+        DateRange(utc(2026, 1, 12), utc(2026, 1, 13)),
+        "date:2026-01-12T00:00:00Z..2026-01-13T00:00:00Z",
+    ),
+    ("date:1m..", DateRange(utc(2025, 12, 1), None), "date:2025-12-01T00:00:00Z.."),
     (
         "date:1y..1m",
-        DateRange(utc(2025, 1, 15, 12, 30), utc(2025, 12, 15, 12, 30)),
-        "date:2025-01-15T12:30:00Z..2025-12-15T12:30:00Z",
+        DateRange(utc(2025, 1, 1), utc(2026, 1, 1)),
+        "date:2025-01-01T00:00:00Z..2026-01-01T00:00:00Z",
+    ),
+    ("date:..10y", DateRange(None, utc(2017, 1, 1)), "date:..2017-01-01T00:00:00Z"),
+    ("date:3h..", DateRange(utc(2026, 1, 15, 9), None), "date:2026-01-15T09:00:00Z.."),
+    # notmuch's forms (notmuch-search-terms(7)), counted from NOW (2026-01-15 12:30 UTC)
+    (
+        "date:today",
+        DateRange(utc(2026, 1, 15), utc(2026, 1, 16)),
+        "date:2026-01-15T00:00:00Z..2026-01-16T00:00:00Z",
+    ),
+    (
+        "date:yesterday",
+        DateRange(utc(2026, 1, 14), utc(2026, 1, 15)),
+        "date:2026-01-14T00:00:00Z..2026-01-15T00:00:00Z",
+    ),
+    ("date:yesterday..", DateRange(utc(2026, 1, 14), None), "date:2026-01-14T00:00:00Z.."),
+    (
+        'date:"last week"..',
+        DateRange(utc(2026, 1, 8), None),
+        "date:2026-01-08T00:00:00Z..",
+    ),
+    ("date:1M..", DateRange(utc(2025, 12, 1), None), "date:2025-12-01T00:00:00Z.."),
+    ("date:5M2d..", DateRange(utc(2025, 8, 13), None), "date:2025-08-13T00:00:00Z.."),
+    (
+        'date:"2 weeks"',
+        DateRange(utc(2026, 1, 1), utc(2026, 1, 2)),
+        "date:2026-01-01T00:00:00Z..2026-01-02T00:00:00Z",
+    ),
+    ("date:90mins..", DateRange(utc(2026, 1, 15, 11), None), "date:2026-01-15T11:00:00Z.."),
+    (
+        "date:yesterday..today",
+        DateRange(utc(2026, 1, 14), utc(2026, 1, 16)),
+        "date:2026-01-14T00:00:00Z..2026-01-16T00:00:00Z",
+    ),
+    ("date:..now", DateRange(None, utc(2026, 1, 15, 12, 30)), "date:..2026-01-15T12:30:00Z"),
+    (
+        "date:2010-01-01T10:00..",
+        DateRange(utc(2010, 1, 1, 10), None),
+        "date:2010-01-01T10:00:00Z..",
+    ),
+    (
+        "date:2010-01-01T10:00",  # an instant alone: the minute it names
+        DateRange(utc(2010, 1, 1, 10), utc(2010, 1, 1, 10, 1)),
+        "date:2010-01-01T10:00:00Z..2010-01-01T10:01:00Z",
     ),
     (
         "date:2025-06-01T10:00+02:00..",
@@ -165,12 +213,18 @@ TABLE: list[tuple[str, object, str]] = [
     ("-a -b", And((Not(Word("text", "a")), Not(Word("text", "b")))), "NOT a AND NOT b"),
     ("NOT (a OR b)", Not(Or((Word("text", "a"), Word("text", "b")))), "NOT (a OR b)"),
     ("e-mail", Word("text", "e-mail"), "e-mail"),
+    # lower-case (any case) operators, as notmuch reads them; quoted, a word
+    ("boost or python", Or((Word("text", "boost"), Word("text", "python"))), "boost OR python"),
+    ("a and not b", And((Word("text", "a"), Not(Word("text", "b")))), "a AND NOT b"),
+    ("Not a Or b", Or((Not(Word("text", "a")), Word("text", "b"))), "NOT a OR b"),
     (
-        "or and not",
+        '"or" "and" "not"',
         And((Word("text", "or"), Word("text", "and"), Word("text", "not"))),
-        "or AND and AND not",
+        '"or" AND "and" AND "not"',
     ),
-    ('"OR"', Word("text", "or"), "or"),
+    ('"OR"', Word("text", "or"), '"or"'),
+    ('subject:"and"', Word("subject", "and"), 'subject:"and"'),
+    ('"and then"', Phrase("text", ("and", "then")), '"and then"'),
     ('"re:"', Word("text", "re:"), '"re:"'),
     ('"say \\"hi\\""', Phrase("text", ("say", '"hi"')), '"say \\"hi\\""'),
     ("From:alice", Address("from", "any", "alice"), "from:alice"),
@@ -214,6 +268,9 @@ ERRORS: list[tuple[str, int, str]] = [
     ("a OR", 2, "OR needs a term after it"),
     ("OR a", 0, "OR needs a term before it"),
     ("a AND OR b", 2, "AND needs a term after it"),
+    ("a and or b", 2, "AND needs a term after it"),
+    ("or", 0, "OR needs a term before it"),
+    ("a not", 5, "ends where a term was expected"),
     ("(a AND) b", 3, "AND needs a term after it"),
     ("a NOT", 5, "ends where a term was expected"),
     ("a - b", 2, "'-' must be followed"),
@@ -227,6 +284,9 @@ ERRORS: list[tuple[str, int, str]] = [
     ("date:..", 5, "at least one end"),
     ("date:2025..2024", 5, "ends before it starts"),
     ("date:2025*", 9, "'*' means nothing in date:"),
+    ("date:2wx..", 5, "not a date"),
+    ('date:"last fortnight"', 6, "not a date"),
+    ("date:", 5, "date: needs a value"),
     ("size:lots", 5, "not a size"),
     ("size:<0", 5, "smaller than 0"),
     ("size:2M..1k", 5, "ends before it starts"),
@@ -319,7 +379,7 @@ def test_an_instant_with_its_own_zone_ignores_the_query_zone() -> None:
 
 def test_a_month_back_from_the_31st_lands_on_the_months_last_day() -> None:
     now = datetime(2025, 3, 31, 9, tzinfo=UTC)
-    assert parse("date:1m..", now=now) == DateRange(utc(2025, 2, 28, 9), None)
+    assert parse("date:1M1h..", now=now) == DateRange(utc(2025, 2, 28, 8), None)
 
 
 def test_a_naive_now_is_taken_as_utc() -> None:
@@ -351,6 +411,9 @@ _ATOMS = st.sampled_from(
         "has:attachment",
         "is:deleted",
         "filename:report.pdf",
+        '"and"',
+        'from:"Carl Worth"',
+        "date:yesterday..",
         "*",
     ]
 )
@@ -361,7 +424,10 @@ def _combine(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
         st.tuples(children, children).map(lambda p: f"{p[0]} {p[1]}"),
         st.tuples(children, children).map(lambda p: f"{p[0]} AND {p[1]}"),
         st.tuples(children, children).map(lambda p: f"{p[0]} OR {p[1]}"),
+        st.tuples(children, children).map(lambda p: f"{p[0]} or {p[1]}"),
+        st.tuples(children, children).map(lambda p: f"{p[0]} and {p[1]}"),
         children.map(lambda c: f"NOT {c}"),
+        children.map(lambda c: f"not {c}"),
         children.map(lambda c: f"-{c}" if not c.startswith("-") else f"NOT {c}"),
         children.map(lambda c: f"({c})"),
         children.map(lambda c: f"thread:{{{c}}}"),
@@ -378,9 +444,10 @@ def test_explain_of_a_query_reads_back_to_the_same_tree(query: str) -> None:
     assert read(explain(tree)) == tree
 
 
+_FIELDS_TYPED = ["from:", "date:", "size:", "thread:{"]
 _QUERY_ALPHABET = st.one_of(
     st.sampled_from(
-        [*'()"{}*-:=@.<>\\ ', "AND", "OR", "NOT", "from:", "date:", "size:", "thread:{"]
+        [*'()"{}*-:=@.<>\\ ', "AND", "OR", "NOT", "and", "or", "not", "Or", *_FIELDS_TYPED]
     ),
     st.characters(),
 )
