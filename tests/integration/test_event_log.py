@@ -188,7 +188,7 @@ _CRASH_IN_WRITE = textwrap.dedent(
     from pathlib import Path
     from stores.events import MessageDeleted
     from stores.log import EventLog
-    os.replace = lambda *a, **k: os._exit(9)  # die after the fsync, before the rename
+    os.link = lambda *a, **k: os._exit(9)  # die after the fsync, before the link names it
     ev = MessageDeleted(run_id="r", recorded_at=datetime.now(UTC), message_id="lost@x", actor="a")
     EventLog(Path(sys.argv[1])).append([ev, ev])
     """
