@@ -33,6 +33,9 @@ class RunCounts:
     malformed: int = 0
     bytes_read: int = 0
     events: int = 0
+    # messages at a place on record shown with other flags (a ``flags-changed``
+    # each): processed like any message seen again, so outside the sums
+    flags_changed: int = 0
     error_details: list[str] = field(default_factory=list)
     # files an importer found in the source that are not mail at all (a Maildir's
     # control files, say): not messages, so outside the sums; {"path", "reason"} each

@@ -130,7 +130,8 @@ class Ingest:
         # ids counted at a location on record for them after their delete, with no
         # event (yet): their bytes stay unwritten at any other such location too
         self._ghosts: set[str] = set()
-        self._locs: set[bytes] = set()
+        # locations on record (place and content), each with the flags last shown there
+        self._locs: dict[bytes, tuple[str, ...] | None] = {}
         self._places: set[bytes] = set()
         # the log's last seq when every event in it is one this run committed (the
         # store was empty when the run first looked), else None: see ``_alone``
@@ -236,7 +237,8 @@ class Ingest:
             return  # (nothing on record there but this run's)
         found = list(rows)
         self._locs.update(
-            _digest(r["folder"], r["uidvalidity"], r["uid"], r["uidl"], r["sha256"]) for r in found
+            (_digest(r["folder"], r["uidvalidity"], r["uid"], r["uidl"], r["sha256"]), _flags(r))
+            for r in found
         )
         for where, shas in _deleted_among(self.store, found).items():
             self._read_deleted.setdefault(where, set()).update(shas)
@@ -327,7 +329,7 @@ class Ingest:
         new store, the whole build of the projections, with a budget of its own.
         Offers after a flush ask the projections, which hold the run's messages by
         then (caught up by this flush)."""
-        self._owners, self._locs, self._places, self._ghosts = {}, set(), set(), set()
+        self._owners, self._locs, self._places, self._ghosts = {}, {}, set(), set()
         self._absent = set()
         self._started, self._own_upto = True, None  # (``_alone`` no more)
 
@@ -413,8 +415,12 @@ class Ingest:
                 c.known_skipped += 1
             self._count_owner(p.message_id)
             if key in known_locs:
-                continue  # this very location and content are on record already
-            known_locs.add(key)
+                # this very location and content are on record already: its flags may
+                # have changed (a message of a deleted one's: nothing to record)
+                if p.message_id not in self._ghosts:
+                    self._flags_shown(events, key, it, p.message_id)
+                continue
+            known_locs[key] = it.flags
             self._ghosts.discard(p.message_id)  # stored again: an event names it
             events.append(self.store.events.seen(p, **self._place(it)))
         for rec, it in known:
@@ -424,8 +430,9 @@ class Ingest:
             self._count_owner(rec["message_id"])
             key = _digest(it.folder, it.uidvalidity, it.uid, it.uidl, rec["sha256"])
             if key in known_locs:
+                self._flags_shown(events, key, it, rec["message_id"])
                 continue
-            known_locs.add(key)
+            known_locs[key] = it.flags
             events.append(self.store.events.seen_again(rec, **self._place(it)))
         events.extend(extra)
         if events:
@@ -443,7 +450,20 @@ class Ingest:
             "uidvalidity": it.uidvalidity,
             "uid": it.uid,
             "internal_date": it.internal_date,
+            "flags": it.flags,
         }
+
+    def _flags_shown(self, events: list[Event], key: bytes, it: Incoming, message_id: str) -> None:
+        """A message seen again at a location on record (``key``): a ``flags-changed``
+        when the source shows flags there other than those on record (a source that
+        shows none changes nothing)."""
+        if it.flags is None or self._locs.get(key) == it.flags:
+            return
+        self._locs[key] = it.flags
+        place = self._place(it)
+        del place["internal_date"]
+        events.append(self.store.events.flags_changed(message_id=message_id, **place))
+        self.counts.flags_changed += 1
 
     def _count_owner(self, message_id: str) -> None:
         c = self.counts
@@ -480,9 +500,8 @@ class Ingest:
             self._owners.update((_digest(i), owner) for i, owner in stored.items())
         if new_places:
             for r in self.store.locations_at(self.source, new_places, as_writer=True):
-                self._locs.add(
-                    _digest(r["folder"], r["uidvalidity"], r["uid"], r["uidl"], r["sha256"])
-                )
+                key = _digest(r["folder"], r["uidvalidity"], r["uid"], r["uidl"], r["sha256"])
+                self._locs[key] = _flags(r)
             self._places.update(_digest(*p) for p in new_places)
 
 
@@ -492,6 +511,13 @@ def _digest(*parts: Any) -> bytes:
     between two of the few million a run holds is a chance of one in 2**90."""
     text = repr(parts).encode("utf-8", "surrogatepass")
     return hashlib.blake2b(text, digest_size=16).digest()
+
+
+def _flags(row: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The flags on record in a ``locations`` row (None: none known, or a row read
+    without them)."""
+    flags = row.get("flags")
+    return None if flags is None else tuple(flags)
 
 
 def _with_id(p: ParsedMessage, message_id: str) -> ParsedMessage:
