@@ -87,6 +87,8 @@ class FolderReport:
     bodies_checked: int = 0  # of those, downloaded to confirm known UIDs (no new message)
     known: int = 0
     vanished: int = 0
+    # locations on record whose flags changed on the server (seen by a reconcile)
+    flags_changed: int = 0
     errors: int = 0
     bytes_fetched: int = 0
     failed_uids: list[int] = field(default_factory=list)
@@ -108,6 +110,8 @@ class FolderReport:
             text += f" checked={self.bodies_checked}"
         if self.vanished:
             text += f" vanished={self.vanished}"
+        if self.flags_changed:
+            text += f" flags_changed={self.flags_changed}"
         if self.failed_uids:
             text += " failed_uids=" + ",".join(map(str, self.failed_uids[:20]))
         if self.would_fetch is not None:
