@@ -204,7 +204,7 @@ def add_search(subs: Any) -> None:
         "search",
         cmd_search,
         "search the store: from:, to:, cc:, subject:, id:, thread:, list:, date:, size:,"
-        " folder:, account:, is:, words; AND, OR, NOT, -, ( )",
+        " folder:, account:, is:, flag:, words; AND, OR, NOT, -, ( )",
         "mailledger search 'from:alice subject:budget date:2025-06..'",
     )
     p.add_argument("query", help="the query (one argument: quote it)")
