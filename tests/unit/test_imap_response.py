@@ -179,7 +179,10 @@ _HEADERS = st.one_of(
 )
 
 
-_FLAGS = [b"\\Seen", b"\\Flagged", b"\\Recent", b"\\deleted", b"$Forwarded", b"Junk", b"\\*"]
+_FLAGS = [
+    b"\\Seen", b"\\Flagged", b"\\Recent", b"\\deleted", b"$Forwarded", b"Junk", b"\\*",
+    b"1234", b"NIL",
+]  # fmt: skip
 
 
 @given(

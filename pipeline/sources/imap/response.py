@@ -221,10 +221,16 @@ def _envelopes_parsed(data: list[Any]) -> dict[int, Envelope]:
 
 def _flag_list(value: Any) -> list[bytes | str]:
     """A FLAGS item as imapclient's parser gives it (a tuple; one flag alone may come
-    as itself), never a string read letter by letter."""
-    if isinstance(value, bytes | str):
-        return [value]
-    return [v for v in value if isinstance(v, bytes | str)]
+    as itself), never a string read letter by letter: a keyword of digits, which
+    the parser makes a number, as its digits; NIL (None) is no flag."""
+    if isinstance(value, bytes | str | int):
+        value = (value,)
+    return [str(v) if isinstance(v, int) else v for v in value if isinstance(v, bytes | str | int)]
+
+
+def _flag_atoms(text: bytes) -> list[bytes]:
+    """The flags of a FLAGS item's text, read as the parser reads them (``NIL`` is none)."""
+    return [atom for atom in text.split() if atom.upper() != b"NIL"]
 
 
 def read_flags(data: list[Any]) -> dict[int, tuple[str, ...]]:
@@ -332,7 +338,7 @@ def envelopes_fast(data: list[Any]) -> dict[int, Envelope] | None:
             elif im[3] is not None:
                 size = int(im[3])
             elif im[4] is not None:
-                flags = imap_flags(im[4].split())
+                flags = imap_flags(_flag_atoms(im[4]))
             else:
                 when = _internaldate(im[2])
                 if when is None:
