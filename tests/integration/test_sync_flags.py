@@ -111,3 +111,28 @@ def test_a_flag_change_on_the_server_is_recorded_by_a_reconcile_not_by_a_delta(
     code = main(["--store", str(env.store), "verify", "--json"], env={})
     out, _ = capsys.readouterr()
     assert code == 0, json.loads(out)
+
+
+def test_flags_come_along_when_the_workers_fetch_the_bodies(
+    account: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Above ``WORKER_FETCH_MIN`` bodies, worker processes fetch them on their own
+    connections: the flags still go with each message, on a first sync into an
+    empty store (no envelopes) and on a later one (envelopes first)."""
+    from pipeline.sync.fetch import WORKER_FETCH_MIN
+
+    user, env = account
+    many = WORKER_FETCH_MIN + 20
+    user.bulk_maildir("INBOX", [_msg(i) for i in range(many)], flags="FS")
+    code, report = env.sync("--apply", "--workers", "2", capsys=capsys)
+    assert code == 0 and report["accounts"]["fastmail"]["folders"]["INBOX"]["new"] == many
+    user.bulk_maildir("INBOX", [_msg(many + i) for i in range(many)], flags="R")
+    code, report = env.sync("--apply", "--workers", "2", capsys=capsys)
+    assert code == 0 and report["accounts"]["fastmail"]["folders"]["INBOX"]["new"] == many
+    with env.open() as s:
+        rows = s.query(
+            "SELECT flags, count(*) AS n FROM events WHERE type = 'message-seen' GROUP BY flags"
+        ).to_pylist()
+    shown = {tuple(r["flags"]): r["n"] for r in rows}
+    assert shown == {("\\Flagged", "\\Seen"): many, ("\\Answered",): many}
+    assert len(ids(capsys, env.store, "is:unread")) == many
