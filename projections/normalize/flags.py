@@ -12,8 +12,9 @@ system flags as Dovecot, mutt and notmuch map them::
 
 A message's flags for search (``is:unread``...) follow notmuch's
 ``maildir.synchronize_flags``: the union of the flags of its places still on the
-source (not vanished) whose flags are known, so a message is ``unread`` when no
-such place has ``\\Seen``, ``flagged`` when any has ``\\Flagged``. ``trashed`` is
+source (not vanished) whose flags are known (of every place it was seen, once it
+is at none: what the archive last knew), so a message is ``unread`` when no such
+place has ``\\Seen``, ``flagged`` when any has ``\\Flagged``. ``trashed`` is
 the one exception: a copy marked deleted in one folder and kept in another is
 not mail thrown away, so it needs ``\\Deleted`` at every such place. A message
 whose places show no flags at all (an mbox or POP3 import, events recorded
