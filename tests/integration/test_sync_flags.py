@@ -108,6 +108,13 @@ def test_a_flag_change_on_the_server_is_recorded_by_a_reconcile_not_by_a_delta(
 
     code, report = env.sync("--apply", "--reconcile", capsys=capsys)  # nothing changed since
     assert code == 0 and report["accounts"]["fastmail"]["folders"]["INBOX"]["flags_changed"] == 0
+
+    # expunged on the server: the archive keeps it, with the flags it last had there
+    user.expunge("INBOX", 3)
+    code, report = env.sync("--apply", "--reconcile", capsys=capsys)
+    assert code == 0 and report["accounts"]["fastmail"]["folders"]["INBOX"]["vanished"] == 1
+    assert ids(capsys, env.store, "is:flagged") == {"m2"}
+    assert ids(capsys, env.store, "is:flagged is:vanished") == {"m2"}
     code = main(["--store", str(env.store), "verify", "--json"], env={})
     out, _ = capsys.readouterr()
     assert code == 0, json.loads(out)
