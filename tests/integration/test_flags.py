@@ -202,3 +202,11 @@ def test_a_log_written_before_flags_replays_and_verifies(
     assert ids(capsys, store, "is:flagged") == {"b", "e"}
     code, out, err = run(capsys, store, "verify")
     assert code == 0, out + err
+    # a compaction merges the old file with the new: one file, the column NULL there
+    assert run(capsys, store, "compact")[0] == 0
+    (merged,) = sorted((store / "log").glob("*.parquet"))
+    merged_flags = pq.read_table(merged).column("flags")
+    assert (len(merged_flags), merged_flags.null_count) == (2 * len(MAILDIR), len(MAILDIR))
+    assert ids(capsys, store, "is:flagged") == {"b", "e"}
+    code, out, err = run(capsys, store, "verify")
+    assert code == 0, out + err
