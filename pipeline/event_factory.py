@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.clock import Clock
 from stores.events import (
     CursorMoved,
+    FlagsChanged,
     LocationVanished,
     MessageDeleted,
     MessageSeen,
@@ -51,8 +52,10 @@ class EventFactory:
         uidvalidity: int | None = None,
         uid: int | None = None,
         internal_date: Any = None,
+        flags: tuple[str, ...] | None = None,
     ) -> MessageSeen:
-        """A ``message-seen`` event for a parsed message at a location."""
+        """A ``message-seen`` event for a parsed message at a location (``flags``: what
+        the source showed of them there, None when it shows none)."""
         return MessageSeen(
             run_id=self.run_id,
             recorded_at=self.clock.now(),
@@ -76,6 +79,7 @@ class EventFactory:
             subject=parsed.subject,
             synthetic_id=parsed.synthetic_id,
             defects=parsed.defects,
+            flags=flags,
         )
 
     def seen_again(
@@ -88,6 +92,7 @@ class EventFactory:
         uidvalidity: int | None = None,
         uid: int | None = None,
         internal_date: Any = None,
+        flags: tuple[str, ...] | None = None,
     ) -> MessageSeen:
         """A ``message-seen`` event for content the store already holds (``rec``: its
         ``known_records`` row; no body needed)."""
@@ -105,6 +110,31 @@ class EventFactory:
             uidvalidity=uidvalidity,
             uid=uid,
             internal_date=internal_date,
+            flags=flags,
+        )
+
+    def flags_changed(
+        self,
+        *,
+        source: str,
+        folder: str,
+        message_id: str,
+        flags: tuple[str, ...],
+        uidvalidity: int | None = None,
+        uid: int | None = None,
+        uidl: str | None = None,
+    ) -> FlagsChanged:
+        """A ``flags-changed`` event: the message at a place on record shows ``flags`` now."""
+        return FlagsChanged(
+            run_id=self.run_id,
+            recorded_at=self.clock.now(),
+            source=source,
+            folder=folder,
+            uidvalidity=uidvalidity,
+            uid=uid,
+            uidl=uidl,
+            message_id=message_id,
+            flags=flags,
         )
 
     def deleted(self, message_id: str, *, actor: str, reason: str) -> MessageDeleted:

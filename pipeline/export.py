@@ -27,6 +27,7 @@ from pipeline.destination import classify, open_user_file, user_directory
 from pipeline.progress import NO_PROGRESS, Progress
 from pipeline.sources.mbox import MBOXRD_MARK, NO_EOL_MARK
 from pipeline.store import MessageStore
+from projections.normalize.flags import maildir_letters
 from projections.queries import SearchPlan
 from stores.atomic import fsync_dir
 from stores.errors import MailledgerError, UsageError
@@ -82,7 +83,7 @@ def _from_line(sender: str | None, epoch: int | None, *, no_eol: bool = False) -
     return f"From {who} {when} ".encode("utf-8", "replace") + mark + b"\n"
 
 
-_Match = tuple[int, str, str, int, str | None, int | None, list[str]]
+_Match = tuple[int, str, str, int, str | None, int | None, list[str], list[str] | None]
 
 
 def _matches(
@@ -165,7 +166,8 @@ def export(
     return report
 
 
-_Body = tuple[int, str, str, str | None, int | None, bytes]
+# (seq, message_id, sha256, from, date, raw, the message's flags or None)
+_Body = tuple[int, str, str, str | None, int | None, bytes, list[str] | None]
 
 
 def _bodies(
@@ -177,10 +179,10 @@ def _bodies(
     *,
     variants: bool,
 ) -> Iterator[_Body]:
-    """(seq, message_id, sha256, from, date, raw) of each match and each of its
+    """(seq, message_id, sha256, from, date, raw, flags) of each match and each of its
     variants whose blob reads back (one in memory at a time); the others are
     named in ``report.errors``. ``progress`` advances by a match."""
-    for seq, message_id, sha, _size, sender, epoch, others in _matches(
+    for seq, message_id, sha, _size, sender, epoch, others, flags in _matches(
         store, plan, page, variants=variants
     ):
         for n, content in enumerate([sha, *others]):
@@ -190,7 +192,7 @@ def _bodies(
                 report.errors.append(f"<{message_id}>: {exc}")
                 continue
             report.variants += n > 0
-            yield seq, message_id, content, sender, epoch, raw
+            yield seq, message_id, content, sender, epoch, raw, flags
         progress.advance()
 
 
@@ -218,7 +220,7 @@ def _end_last_message(fh: IO[bytes]) -> None:
 
 
 def _write_mbox(bodies: Iterator[_Body], fh: IO[bytes], report: ExportReport) -> None:
-    for _seq, _mid, _sha, sender, epoch, raw in bodies:
+    for _seq, _mid, _sha, sender, epoch, raw, _flags in bodies:
         no_eol = bool(raw) and not raw.endswith(b"\n")
         fh.write(_from_line(sender, epoch, no_eol=no_eol))
         fh.write(mbox_quote(raw))
@@ -233,10 +235,14 @@ def _write_mbox(bodies: Iterator[_Body], fh: IO[bytes], report: ExportReport) ->
 def _export_maildir(bodies: Iterator[_Body], dest: Path, report: ExportReport) -> None:
     for sub in ("tmp", "new", "cur"):
         (dest / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
-    for seq, _mid, sha, _sender, epoch, raw in bodies:
+    # what cur/ holds already (--append), by unique name: a message exported again
+    # with other flags replaces its file rather than sitting beside it
+    held = {n.split(":2,", 1)[0]: n for n in os.listdir(dest / "cur") if ":2," in n}
+    for seq, _mid, sha, _sender, epoch, raw, flags in bodies:
         # unique in this store (seq) and telling what it holds (sha256); the same
         # message exported again with --append lands on the same name, same bytes
         name = f"{max(epoch or 0, 0)}.M{seq}S{sha[:16]}.mailledger"
+        final = f"{name}:2,{maildir_letters(flags)}"
         tmp = dest / "tmp" / name
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -252,7 +258,11 @@ def _export_maildir(bodies: Iterator[_Body], dest: Path, report: ExportReport) -
         if epoch is not None:
             with contextlib.suppress(OSError, OverflowError, ValueError):
                 os.utime(tmp, (epoch, epoch))  # (mail programs read a date from it)
-        os.replace(tmp, dest / "cur" / f"{name}:2,")
+        os.replace(tmp, dest / "cur" / final)
+        before = held.pop(name, final)
+        if before != final:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(dest / "cur" / before)
         report.messages += 1
         report.bytes += len(raw)
     fsync_dir(dest / "cur")

@@ -33,6 +33,9 @@ class RunCounts:
     malformed: int = 0
     bytes_read: int = 0
     events: int = 0
+    # messages at a place on record shown with other flags (a ``flags-changed``
+    # each): processed like any message seen again, so outside the sums
+    flags_changed: int = 0
     error_details: list[str] = field(default_factory=list)
     # files an importer found in the source that are not mail at all (a Maildir's
     # control files, say): not messages, so outside the sums; {"path", "reason"} each
@@ -84,6 +87,8 @@ class FolderReport:
     bodies_checked: int = 0  # of those, downloaded to confirm known UIDs (no new message)
     known: int = 0
     vanished: int = 0
+    # locations on record whose flags changed on the server (seen by a reconcile)
+    flags_changed: int = 0
     errors: int = 0
     bytes_fetched: int = 0
     failed_uids: list[int] = field(default_factory=list)
@@ -105,6 +110,8 @@ class FolderReport:
             text += f" checked={self.bodies_checked}"
         if self.vanished:
             text += f" vanished={self.vanished}"
+        if self.flags_changed:
+            text += f" flags_changed={self.flags_changed}"
         if self.failed_uids:
             text += " failed_uids=" + ",".join(map(str, self.failed_uids[:20]))
         if self.would_fetch is not None:

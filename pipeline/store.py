@@ -303,7 +303,7 @@ class MessageStore:
 
     def export_page(
         self, plan: queries.SearchPlan, after: int, limit: int, variants: bool = False
-    ) -> list[tuple[int, str, str, int, str | None, int | None, list[str]]]:
+    ) -> list[queries.ExportRow]:
         """A page of the matches of ``plan`` an export writes (``queries.export_page``)."""
         return self.projector.read_text(queries.export_page, plan, after, limit, variants)
 

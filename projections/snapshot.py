@@ -40,7 +40,7 @@ __all__ = [
 # Bump when a table's shape or a fold's rule changes; a store whose projections
 # carry another version is rebuilt by replay (projections are disposable).
 # (Kept here, beside the one projection read without DuckDB.)
-PROJECTION_VERSION = 10
+PROJECTION_VERSION = 11  # 11: locations.flags, flags_seq
 
 SNAPSHOT_NAME = "cursors.json"
 _FORMAT = "mailledger-cursor-snapshot"

@@ -100,7 +100,10 @@ TABLES: dict[str, str] = {
         last_seq BIGINT NOT NULL,
         seen_at TIMESTAMPTZ,
         vanished_seq BIGINT,
-        vanished BOOLEAN NOT NULL
+        vanished BOOLEAN NOT NULL,
+        -- the flags last shown there (NULL: none known) and the event that showed them
+        flags VARCHAR[],
+        flags_seq BIGINT
     """,
     "cursors": """
         account VARCHAR NOT NULL, folder VARCHAR NOT NULL,
@@ -209,7 +212,9 @@ def events_sql(con: duckdb.DuckDBPyConnection, files: str | list[str] | None) ->
     if isinstance(files, str):
         return f"SELECT * FROM read_parquet({sql_string(files)}, union_by_name = true)"
     if files:
-        return f"SELECT * FROM read_parquet([{', '.join(map(sql_string, files))}])"
+        # (by name: files written before a column was added lack it)
+        listed = ", ".join(map(sql_string, files))
+        return f"SELECT * FROM read_parquet([{listed}], union_by_name = true)"
     typed = ", ".join(
         f'CAST(NULL AS {kind}) AS "{name}"' for name, kind in column_types(con, SCHEMA)
     )

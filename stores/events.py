@@ -26,6 +26,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "CursorMoved",
     "Event",
+    "FlagsChanged",
     "LocationVanished",
     "MessageDeleted",
     "MessageSeen",
@@ -81,6 +82,11 @@ SCHEMA = pa.schema(
         ("cursor_to", pa.int64()),
         ("uidnext", pa.int64()),
         ("mode", pa.string()),
+        # added in schema version 1 (a file written before lacks it: read as NULL):
+        # the flags a source showed at the location (message-seen, flags-changed),
+        # in IMAP's spelling (``projections.normalize.flags``); NULL where the
+        # source has none to show
+        ("flags", pa.list_(pa.string())),
     ],
     metadata={"mailledger.schema_version": str(SCHEMA_VERSION)},
 )
@@ -121,6 +127,7 @@ class MessageSeen(Event):
     subject: str | None = None
     synthetic_id: bool = False
     defects: tuple[str, ...] = ()
+    flags: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,13 +186,36 @@ class LocationVanished(Event):
     reason: str = ""
 
 
+@dataclass(frozen=True, kw_only=True)
+class FlagsChanged(Event):
+    """A source showed other flags for a message at a location already on record
+    (a Maildir file renamed ``:2,S`` -> ``:2,RS``, an IMAP message flagged): the
+    location keeps its content, its flags are these from now on."""
+
+    type: ClassVar[str] = "flags-changed"
+    source: str
+    folder: str
+    message_id: str
+    flags: tuple[str, ...]
+    uidvalidity: int | None = None
+    uid: int | None = None
+    uidl: str | None = None
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
-    for cls in (MessageSeen, MessageDeleted, UidvalidityChanged, CursorMoved, LocationVanished)
+    for cls in (
+        MessageSeen,
+        MessageDeleted,
+        UidvalidityChanged,
+        CursorMoved,
+        LocationVanished,
+        FlagsChanged,
+    )
 }
 
 _TUPLE_FIELDS = {"to_addrs", "references", "defects"}
-_LIST_FIELDS = frozenset({"headers", *_TUPLE_FIELDS})
+_LIST_FIELDS = frozenset({"headers", "flags", *_TUPLE_FIELDS})
 
 
 def _field_names(cls: type[Event]) -> tuple[str, ...]:
@@ -299,6 +329,8 @@ def events_from_table(table: pa.Table) -> list[Event]:
                 value = tuple((h["name"], h["value"]) for h in value or ())
             elif f.name in _TUPLE_FIELDS:
                 value = tuple(value or ())
+            elif f.name == "flags" and value is not None:
+                value = tuple(value)
             elif isinstance(value, datetime):
                 value = _utc(value)
             if value is None and f.default is not dataclasses.MISSING:

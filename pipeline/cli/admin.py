@@ -62,6 +62,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             f" duplicates={counts.duplicates} other_source={counts.conflicts_other_source}"
             f" bodies={counts.bodies_fetched} known={counts.known_skipped}"
             f" malformed={counts.malformed} errors={counts.errors} events={counts.events}"
+            + (f" flags_changed={counts.flags_changed}" if args.kind == "maildir" else "")
             + (f" not_mail={counts.not_mail}" if args.kind in trees else "")
         )
         for line in counts.error_details:

@@ -230,7 +230,7 @@ def add_search(subs: Any) -> None:
         "search",
         cmd_search,
         "search the store: from:, to:, cc:, subject:, id:, thread:, list:, date:, size:,"
-        " folder:, account:, is:, words; and, or, not (any case), -, ( )",
+        " folder:, account:, is:, flag:, words; and, or, not (any case), -, ( )",
         "mailledger search from:alice subject:budget date:2025-06.. -has:attachment",
     )
     p.add_argument(

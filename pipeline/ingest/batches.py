@@ -7,7 +7,6 @@ Message-ID is new, a duplicate or held from another source, and commits.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from pipeline.ingest.known import deleted_among, digest, flags_on_record, with_id
 from pipeline.ingest.records import Incoming, RunCounts
 from pipeline.ingest.workers import Done
 from pipeline.parse import ParsedMessage
@@ -26,22 +26,6 @@ from stores.events import Event
 __all__ = ["Ingest"]
 
 log = logging.getLogger("mailledger.ingest")
-
-
-def _deleted_among(
-    store: MessageStore, rows: list[dict[str, Any]]
-) -> dict[tuple[Any, ...], set[str]]:
-    """The contents at the location ``rows`` whose message is no longer stored, by place
-    (``MessageStore.deleted_contents`` of those rows only)."""
-    if not rows:
-        return {}
-    stored = store.stored_ids(sorted({r["message_id"] for r in rows}), as_writer=True)
-    out: dict[tuple[Any, ...], set[str]] = {}
-    for r in rows:
-        if r["message_id"] not in stored:
-            where = (r["folder"], r["uidvalidity"], r["uid"], r["uidl"])
-            out.setdefault(where, set()).add(r["sha256"])
-    return out
 
 
 class Ingest:
@@ -122,7 +106,7 @@ class Ingest:
         self._known: list[tuple[dict[str, Any], Incoming]] = []
         self._sealed: deque[tuple[list[tuple[list[Incoming], Any]], list[Any]]] = deque()
         # what this run has recorded: later batches are decided without waiting
-        # for earlier ones to reach the projections. Kept by digest (``_digest``),
+        # for earlier ones to reach the projections. Kept by digest (``digest``),
         # a message's id, its place and its location: held as strings and tuples
         # they took 0.93 KB a message (930 MiB at the end of an import of
         # 1,000,000 messages, before its fold), as digests about 0.3 KB
@@ -130,7 +114,8 @@ class Ingest:
         # ids counted at a location on record for them after their delete, with no
         # event (yet): their bytes stay unwritten at any other such location too
         self._ghosts: set[str] = set()
-        self._locs: set[bytes] = set()
+        # locations on record (place and content), each with the flags last shown there
+        self._locs: dict[bytes, tuple[str, ...] | None] = {}
         self._places: set[bytes] = set()
         # the log's last seq when every event in it is one this run committed (the
         # store was empty when the run first looked), else None: see ``_alone``
@@ -199,7 +184,7 @@ class Ingest:
         elif self._deleted is None and self._probed + len(items) <= self._PROBE_PLACES:
             self._probed += len(items)
             rows = self.store.locations_at(self.source, [it.where for it in items], as_writer=True)
-            deleted = _deleted_among(self.store, rows)
+            deleted = deleted_among(self.store, rows)
         else:
             if self._deleted is None:
                 self._deleted = self.store.deleted_contents(self.source)
@@ -236,13 +221,17 @@ class Ingest:
             return  # (nothing on record there but this run's)
         found = list(rows)
         self._locs.update(
-            _digest(r["folder"], r["uidvalidity"], r["uid"], r["uidl"], r["sha256"]) for r in found
+            (
+                digest(r["folder"], r["uidvalidity"], r["uid"], r["uidl"], r["sha256"]),
+                flags_on_record(r),
+            )
+            for r in found
         )
-        for where, shas in _deleted_among(self.store, found).items():
+        for where, shas in deleted_among(self.store, found).items():
             self._read_deleted.setdefault(where, set()).update(shas)
         asked = set(places) - self._read_places
         self._read_places |= asked
-        self._places.update(_digest(*p) for p in asked)
+        self._places.update(digest(*p) for p in asked)
 
     def absent(
         self, ids: Iterable[str], upto: int | None, owners: Mapping[str, str] | None = None
@@ -257,7 +246,7 @@ class Ingest:
         ``owners``: the ids it holds, with their source (``stored_ids``): not asked
         again either."""
         if owners:
-            self._owners.update((_digest(i), owner) for i, owner in owners.items())
+            self._owners.update((digest(i), owner) for i, owner in owners.items())
         if upto is None:
             return
         self._absent = set(ids)
@@ -327,7 +316,7 @@ class Ingest:
         new store, the whole build of the projections, with a budget of its own.
         Offers after a flush ask the projections, which hold the run's messages by
         then (caught up by this flush)."""
-        self._owners, self._locs, self._places, self._ghosts = {}, set(), set(), set()
+        self._owners, self._locs, self._places, self._ghosts = {}, {}, set(), set()
         self._absent = set()
         self._started, self._own_upto = True, None  # (``_alone`` no more)
 
@@ -372,7 +361,7 @@ class Ingest:
             else:
                 p = r.parsed
                 if it.message_id is not None:
-                    p = _with_id(p, it.message_id)
+                    p = with_id(p, it.message_id)
                 read.append((it, p, r))
         self._lookup(
             [p.message_id for _, p, _ in read] + [r["message_id"] for r, _ in known],
@@ -388,9 +377,9 @@ class Ingest:
             c.bytes_read += p.size
             if p.defects:
                 c.malformed += 1
-            key = _digest(it.folder, it.uidvalidity, it.uid, it.uidl, p.sha256)
+            key = digest(it.folder, it.uidvalidity, it.uid, it.uidl, p.sha256)
             if key in known_locs and (
-                _digest(p.message_id) not in self._owners or p.message_id in self._ghosts
+                digest(p.message_id) not in self._owners or p.message_id in self._ghosts
             ):
                 # on record at this location, and deleted since (perhaps purged): no
                 # event will name these bytes, so they must not come back as a blob
@@ -413,8 +402,12 @@ class Ingest:
                 c.known_skipped += 1
             self._count_owner(p.message_id)
             if key in known_locs:
-                continue  # this very location and content are on record already
-            known_locs.add(key)
+                # this very location and content are on record already: its flags may
+                # have changed (a message of a deleted one's: nothing to record)
+                if p.message_id not in self._ghosts:
+                    self._flags_shown(events, key, it, p.message_id)
+                continue
+            known_locs[key] = it.flags
             self._ghosts.discard(p.message_id)  # stored again: an event names it
             events.append(self.store.events.seen(p, **self._place(it)))
         for rec, it in known:
@@ -422,10 +415,11 @@ class Ingest:
             c.known_skipped += 1
             self._unwanted.discard(rec["sha256"])
             self._count_owner(rec["message_id"])
-            key = _digest(it.folder, it.uidvalidity, it.uid, it.uidl, rec["sha256"])
+            key = digest(it.folder, it.uidvalidity, it.uid, it.uidl, rec["sha256"])
             if key in known_locs:
+                self._flags_shown(events, key, it, rec["message_id"])
                 continue
-            known_locs.add(key)
+            known_locs[key] = it.flags
             events.append(self.store.events.seen_again(rec, **self._place(it)))
         events.extend(extra)
         if events:
@@ -443,11 +437,24 @@ class Ingest:
             "uidvalidity": it.uidvalidity,
             "uid": it.uid,
             "internal_date": it.internal_date,
+            "flags": it.flags,
         }
+
+    def _flags_shown(self, events: list[Event], key: bytes, it: Incoming, message_id: str) -> None:
+        """A message seen again at a location on record (``key``): a ``flags-changed``
+        when the source shows flags there other than those on record (a source that
+        shows none changes nothing)."""
+        if it.flags is None or self._locs.get(key) == it.flags:
+            return
+        self._locs[key] = it.flags
+        place = self._place(it)
+        del place["internal_date"]
+        events.append(self.store.events.flags_changed(message_id=message_id, **place))
+        self.counts.flags_changed += 1
 
     def _count_owner(self, message_id: str) -> None:
         c = self.counts
-        key = _digest(message_id)
+        key = digest(message_id)
         owner = self._owners.get(key)
         if owner is None:
             c.new_messages += 1  # (or known content whose record was deleted since)
@@ -464,37 +471,22 @@ class Ingest:
         if self._absent and self.store.log.last_seq() != self._absent_upto:
             self._absent = set()  # another writer has committed since: ask again
         new_ids = sorted(
-            {i for i in ids if _digest(i) not in self._owners and i not in self._absent}
+            {i for i in ids if digest(i) not in self._owners and i not in self._absent}
         )
-        new_places = sorted({p for p in places if _digest(*p) not in self._places}, key=repr)
+        new_places = sorted({p for p in places if digest(*p) not in self._places}, key=repr)
         if not new_ids and not new_places:
             return
         if self._alone():
             # nothing on record there but this run's
-            self._places.update(_digest(*p) for p in new_places)
+            self._places.update(digest(*p) for p in new_places)
             return
         # Projections may lag while a bulk run defers its fold; what this run
         # committed itself is in self._owners / self._locs already.
         if new_ids:
             stored = self.store.stored_ids(new_ids, as_writer=True)
-            self._owners.update((_digest(i), owner) for i, owner in stored.items())
+            self._owners.update((digest(i), owner) for i, owner in stored.items())
         if new_places:
             for r in self.store.locations_at(self.source, new_places, as_writer=True):
-                self._locs.add(
-                    _digest(r["folder"], r["uidvalidity"], r["uid"], r["uidl"], r["sha256"])
-                )
-            self._places.update(_digest(*p) for p in new_places)
-
-
-def _digest(*parts: Any) -> bytes:
-    """A 128-bit digest of ``parts`` (strings, ints, None) that stands for them in
-    the sets of what a run has recorded: equal parts, equal digests; a collision
-    between two of the few million a run holds is a chance of one in 2**90."""
-    text = repr(parts).encode("utf-8", "surrogatepass")
-    return hashlib.blake2b(text, digest_size=16).digest()
-
-
-def _with_id(p: ParsedMessage, message_id: str) -> ParsedMessage:
-    import dataclasses
-
-    return dataclasses.replace(p, message_id=message_id, synthetic_id=True)
+                key = digest(r["folder"], r["uidvalidity"], r["uid"], r["uidl"], r["sha256"])
+                self._locs[key] = flags_on_record(r)
+            self._places.update(digest(*p) for p in new_places)

@@ -30,6 +30,8 @@ class Incoming:
     message_id: str | None = None  # overrides the parsed id (legacy UIDL import)
     path: str | None = None
     size: int = 0
+    # the flags the source showed there (``projections.normalize.flags``); None: none shown
+    flags: tuple[str, ...] | None = None
 
     @property
     def nbytes(self) -> int:

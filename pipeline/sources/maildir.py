@@ -40,7 +40,7 @@ def _maildir_skip_dir(name: str) -> str | None:
     return None
 
 
-_MAILDIR = Walk(skip_dir=_maildir_skip_dir, folder=_maildir_folder)
+_MAILDIR = Walk(skip_dir=_maildir_skip_dir, folder=_maildir_folder, flags=True)
 
 
 def check_maildir(root: Path) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pipeline.ingest import Incoming, RunCounts
 from pipeline.progress import NO_PROGRESS, Progress
+from projections.normalize.flags import maildir_flags
 
 __all__ = [
     "NotMail",
@@ -89,13 +90,15 @@ class Walk:
     its path relative to the root (``.`` for the root); ``not_mail``: the rule by
     name; ``contained``: a symlink whose target is outside the root is named as not
     mail and never read (a tree of saved mail may link anywhere; a Maildir's
-    messages are its own)."""
+    messages are its own); ``flags``: each message's flags are read from its
+    file name (``:2,FRS``), and a file in ``new/`` has none set."""
 
     skip_dir: Callable[[str], str | None]
     folder: Callable[[str], str]
     not_mail: Callable[[str], str | None] = not_mail_name
     skip_listing: Callable[[Sequence[str]], str | None] | None = None
     contained: bool = False
+    flags: bool = False
 
 
 def _inside(path: str, root: str) -> bool:
@@ -224,8 +227,17 @@ class TreeSource:
             progress.start(None, f"import {self.kind}: listing {self.root}", unit=None)
             progress.start(sum(1 for _ in self.files()), f"import {self.kind}")
         for folder, unique, path, size in self.files(self._skip, self._unreadable):
+            flags = None
+            if self._walk.flags:
+                where, name = os.path.split(path)
+                flags = maildir_flags(name, in_new=os.path.basename(where) == "new")
             # (the size bounds the batch: batch_bytes)
-            yield Incoming(raw=b"", folder=folder, uidl=unique, path=path, size=max(0, size)), 1
+            yield (
+                Incoming(
+                    raw=b"", folder=folder, uidl=unique, path=path, size=max(0, size), flags=flags
+                ),
+                1,
+            )
 
     def finish(self, counts: RunCounts, progress: Progress) -> None:
         # a directory not read is an error of the run (exit 1), counted as one

@@ -92,6 +92,7 @@ class BodyFetch:
                         uidvalidity=self.state.uidvalidity,
                         uid=env.uid,
                         internal_date=env.internal_date or self.src.internal_dates.get(env.uid),
+                        flags=env.flags,
                     )
                 )
             self.progress.advance(len(chunk))  # a FETCH of at most 100 bodies or 8 MB
@@ -154,6 +155,7 @@ class BodyFetch:
                             uidvalidity=self.state.uidvalidity,
                             uid=uid,
                             internal_date=env.internal_date or idate,
+                            flags=env.flags,
                         ),
                         prepared,
                     )
@@ -188,6 +190,7 @@ def incoming_at(folder: str, state: FolderState, env: Envelope) -> Incoming:
         uidvalidity=state.uidvalidity,
         uid=env.uid,
         internal_date=env.internal_date,
+        flags=env.flags,
     )
 
 

@@ -203,7 +203,9 @@ class FolderSync:
         # for a folder synced before: its delta takes envelopes first, a hold of
         # the projections fewer, and finds a message moved from another folder.)
         if dates:
-            envelopes = [Envelope(uid, 0, None, None) for uid in uids]
+            # (their flags, which the envelopes would have carried: one FETCH FLAGS)
+            flags = self.src.flags(uids) if uids else {}
+            envelopes = [Envelope(uid, 0, None, None, flags.get(uid)) for uid in uids]
             self.src.internal_dates.clear()
         else:
             envelopes = list(self.src.envelopes(uids))
@@ -317,7 +319,33 @@ class FolderSync:
             apply=self.opts.apply,
         )
         fr.vanished += len(gone)
-        return set(present) & on_server
+        known = set(present) & on_server
+        self._reconcile_flags(folder, [present[uid] for uid in sorted(known)], fr)
+        return known
+
+    def _reconcile_flags(self, folder: str, rows: list[dict[str, Any]], fr: FolderReport) -> None:
+        """A ``flags-changed`` for each location on record (``rows``, still on the
+        server) whose flags the server now shows otherwise: a delta only looks
+        above the cursor, so a reconcile is where changes to older messages are
+        seen. Counted in ``fr.flags_changed``; committed at once when applying."""
+        if not rows:
+            return
+        shown = self.src.flags([r["uid"] for r in rows])
+        changed = [
+            self.store.events.flags_changed(
+                source=self.account.name,
+                folder=folder,
+                uidvalidity=r["uidvalidity"],
+                uid=r["uid"],
+                message_id=r["message_id"],
+                flags=shown[r["uid"]],
+            )
+            for r in rows
+            if r["uid"] in shown and (r["flags"] is None or tuple(r["flags"]) != shown[r["uid"]])
+        ]
+        fr.flags_changed += len(changed)
+        if changed and self.opts.apply:
+            self.store.commit(changed)
 
     def _old_uidvalidity_gone(
         self,

@@ -14,6 +14,7 @@ from stores.events import SCHEMA
 
 __all__ = [
     "DELETED",
+    "FLAGS",
     "FOLD_SCHEMA",
     "MOVED",
     "SEEN",
@@ -35,6 +36,7 @@ DELETED = "message-deleted"
 VANISHED = "location-vanished"
 MOVED = "cursor-moved"
 UIDV = "uidvalidity-changed"
+FLAGS = "flags-changed"
 
 # The scratch database a rebuild attaches to stage the log and its intermediate tables.
 STAGE = "_replay_stage"

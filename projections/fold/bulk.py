@@ -200,24 +200,42 @@ def stage_files(con: duckdb.DuckDBPyConnection, files: Sequence[Path]) -> int | 
     replaced by a compaction midway) has the rebuild staged from the chunks
     instead (``rebuild``)."""
     kinds = column_types(con, FOLD_SCHEMA)
-    # (columns matched by name, in the fold's types; a file of another shape fails
-    # the read and the chunks are staged instead. union_by_name would take it, but
-    # it holds every file's schema: 140 MB more at 1,000 files)
-    cols = ", ".join(f'CAST("{name}" AS {kind}) AS "{name}"' for name, kind in kinds)
     listed = ", ".join(sql_string(str(f)) for f in files)
-    try:
-        con.execute(f"CREATE VIEW {STAGE}._batch AS SELECT {cols} FROM read_parquet([{listed}])")
-        n, first, last, distinct = con.execute(
-            f"SELECT count(*), min(seq), max(seq), count(DISTINCT seq) FROM {STAGE}._batch"
-        ).fetchall()[0]
-    except duckdb.Error:
-        readable = False
-    else:
-        readable = n == distinct == (last or 0) and first in (1, None)
-    if not readable:
+    # Columns matched by name, in the fold's types. A log written before a column
+    # was added has files without it: DuckDB then binds no such column (an old file
+    # first) or refuses a file that lacks it (a newer file first; the newest column
+    # is read in the check, so that this is found here). Only then are the files
+    # matched by name (union_by_name holds every file's schema: 140 MB more at
+    # 1,000 files), a column none of them has read as NULL. A file of another
+    # shape still fails the read, and the chunks are staged instead.
+    newest = kinds[-1][0]
+    for options in ("", ", union_by_name = true"):
         con.execute(f"DROP VIEW IF EXISTS {STAGE}._batch")
-        return None
-    return int(last or 0)
+        source = f"read_parquet([{listed}]{options})"
+        try:
+            have = {name for name, _ in kinds}
+            if options:
+                have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+            cols = ", ".join(
+                f"CAST({_quoted(name) if name in have else 'NULL'} AS {kind}) AS {_quoted(name)}"
+                for name, kind in kinds
+            )
+            con.execute(f"CREATE VIEW {STAGE}._batch AS SELECT {cols} FROM {source}")
+            n, first, last, distinct, _ = con.execute(
+                "SELECT count(*), min(seq), max(seq), count(DISTINCT seq),"
+                f" count({_quoted(newest)}) FROM {STAGE}._batch"
+            ).fetchall()[0]
+        except duckdb.Error:
+            continue
+        if n == distinct == (last or 0) and first in (1, None):
+            return int(last or 0)
+        break
+    con.execute(f"DROP VIEW IF EXISTS {STAGE}._batch")
+    return None
+
+
+def _quoted(name: str) -> str:
+    return f'"{name}"'
 
 
 def _stage_chunks(con: duckdb.DuckDBPyConnection, chunks: Iterable[pa.Table]) -> int:

@@ -52,7 +52,7 @@ from projections.queries.messages import (
 from projections.queries.threads import ThreadNode, thread_tree
 
 if TYPE_CHECKING:
-    from projections.queries.search import Output, Sort, export_page, search_table
+    from projections.queries.search import ExportRow, Output, Sort, export_page, search_table
     from projections.queries.search_sql import SearchPlan, compile_query
 
 # The search language (its parser and SQL compiler) is imported when first asked
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 # (The SQL a search runs, for ``--explain``, is ``queries.search.search_sql``: the
 # package's attribute of that name is its module ``search_sql``.)
 _SEARCH = {
+    "ExportRow": "search",
     "Output": "search",
     "Sort": "search",
     "export_page": "search",
@@ -71,6 +72,7 @@ _SEARCH = {
 __all__ = [
     "CURSOR_LOG",
     "FEW_PLACES",
+    "ExportRow",
     "Output",
     "SearchPlan",
     "Sort",

@@ -15,6 +15,7 @@ from projections.lookup import INDEX_KEYS_MAX, rows_where_in
 __all__ = [
     "CURSOR_LOG",
     "FEW_PLACES",
+    "MESSAGE_FLAGS",
     "contains_uidl",
     "cursor",
     "deleted_contents",
@@ -23,6 +24,7 @@ __all__ = [
     "known_uidls",
     "locations_at",
     "locations_in",
+    "message_flags_among",
     "uidls",
 ]  # fmt: skip
 
@@ -45,6 +47,28 @@ _DELETED_FEW = (
     " (SELECT message_id FROM messages WHERE message_id IN (SELECT message_id FROM l))"
 )
 FEW_PLACES = 100_000
+
+# Each message's flags (message_id, flags), by the rule of ``projections.normalize.
+# flags``: the union of the flags of its places not vanished where the source
+# showed any (of every place it was seen when it is still at none: what the archive
+# last knew), ``\Deleted`` only when every one of them has it. A message whose
+# places showed no flags has no row.
+_MESSAGE_FLAGS = (
+    "SELECT message_id, CASE WHEN bool_and(list_contains(flags, '\\Deleted'))"
+    " THEN list_sort(list_distinct(flatten(list(flags))))"
+    " ELSE list_filter(list_sort(list_distinct(flatten(list(flags)))),"
+    " lambda f: f <> '\\Deleted') END AS flags"
+    " FROM (SELECT message_id, flags FROM locations WHERE flags IS NOT NULL{among}"
+    " QUALIFY NOT vanished OR NOT bool_or(NOT vanished) OVER (PARTITION BY message_id))"
+    " GROUP BY message_id"
+)
+MESSAGE_FLAGS = _MESSAGE_FLAGS.format(among="")
+
+
+def message_flags_among(ids: str) -> str:
+    """``MESSAGE_FLAGS`` of the messages whose ids the SQL query ``ids`` selects only."""
+    return _MESSAGE_FLAGS.format(among=f" AND message_id IN ({ids})")
+
 
 # every move of a folder's cursor, oldest first, straight from the log's view
 CURSOR_LOG = (

@@ -32,9 +32,22 @@ from projections.queries.fulltext import (
     match_seqs,
     match_window,
 )
+from projections.queries.locations import message_flags_among
 from projections.queries.search_sql import IN_THREAD, SearchPlan
 
-__all__ = ["RANK_WEIGHTS", "Output", "Sort", "export_page", "search_sql", "search_table"]
+__all__ = [
+    "RANK_WEIGHTS",
+    "ExportRow",
+    "Output",
+    "Sort",
+    "export_page",
+    "search_sql",
+    "search_table",
+]
+
+#: A match an export writes: (seq, message_id, sha256, size, from_addr, date as Unix
+#: seconds or None, the sha256 of its variants, its flags or None).
+ExportRow = tuple[int, str, str, int, str | None, int | None, list[str], list[str] | None]
 
 Output = Literal["summary", "messages", "threads", "count"]
 Sort = Literal["newest", "oldest", "relevance"]
@@ -335,8 +348,9 @@ _EXPORT_PAGE = (
     "WITH page AS (SELECT m.seq, m.message_id, m.sha256, m.size, m.from_addr,"
     " CAST(epoch(m.date_utc) AS BIGINT) AS date_epoch"
     " FROM messages m WHERE ({where}) AND m.seq > {after} ORDER BY m.seq LIMIT {limit}){others}"
-    " SELECT p.seq, p.message_id, p.sha256, p.size, p.from_addr, p.date_epoch, {variants}"
-    " FROM page p{join} ORDER BY p.seq"
+    ", shown AS ({flags})"
+    " SELECT p.seq, p.message_id, p.sha256, p.size, p.from_addr, p.date_epoch, {variants},"
+    " shown.flags FROM page p{join} LEFT JOIN shown USING (message_id) ORDER BY p.seq"
 )
 _EXPORT_VARIANTS = (
     ", other AS (SELECT l.message_id, l.sha256, min(l.first_seq) AS first_seq"
@@ -354,11 +368,12 @@ def export_page(
     limit: int,
     variants: bool = False,
     text: apsw.Connection | None = None,
-) -> list[tuple[int, str, str, int, str | None, int | None, list[str]]]:
+) -> list[ExportRow]:
     """Up to ``limit`` matches of ``plan`` stored after seq ``after``, in seq order:
     (seq, message_id, sha256, size, from_addr, date as Unix seconds or None, the
     sha256 of the other contents stored under that Message-ID when ``variants``,
-    else []). An export reads page by page, so that it never holds the store (nor
+    else [], the message's flags or None: ``queries.locations.MESSAGE_FLAGS``). An
+    export reads page by page, so that it never holds the store (nor
     every match) while it writes. ``text``: as ``search_table``'s."""
     with _threads_read(con, plan) as plan, _text_matches(con, plan, text):
         sql = _EXPORT_PAGE.format(
@@ -368,7 +383,8 @@ def export_page(
             others=_EXPORT_VARIANTS if variants else "",
             variants="coalesce(lists.variants, []::VARCHAR[])" if variants else "[]::VARCHAR[]",
             join=" LEFT JOIN lists USING (message_id)" if variants else "",
+            flags=message_flags_among("SELECT message_id FROM page"),
         )
-        rows: list[tuple[int, str, str, int, str | None, int | None, list[str]]]
+        rows: list[ExportRow]
         rows = con.execute(sql).fetchall()
     return rows

@@ -27,6 +27,8 @@ What the read model answers today, and how:
   it since or not), ``is:vanished`` gone from at least one place it was seen,
   ``is:deleted`` gone from every one. A message deleted from the store itself
   (``mailledger delete``) is not in the read model and matches nothing.
+- ``is:unread``, ``flag:flagged`` and the other flag names read the flags of
+  ``locations`` by the rule of ``projections.normalize.flags`` (``MESSAGE_FLAGS``).
 """
 
 from __future__ import annotations
@@ -35,12 +37,15 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from projections.normalize.flags import FLAG_NAMES
+from projections.queries.locations import MESSAGE_FLAGS
 from projections.search import (
     Address,
     All,
     And,
     DateRange,
     ExactSubject,
+    Flag,
     HasAttachment,
     Is,
     ListId,
@@ -250,6 +255,8 @@ class _Compiler:
             return [p for p in (low, high) if p] or "true"
         if isinstance(node, Location | Is):
             return self._location(node, m)
+        if isinstance(node, Flag):
+            return self._flag(node, m)
         raise TypeError(f"not a query node: {node!r}")
 
     def _join_text(self, node: And, m: str, conjunct: bool) -> And | str:
@@ -345,6 +352,19 @@ class _Compiler:
             return on_domain
         local = _literal(node.value if node.prefix else node.value + "@")
         return f"(starts_with({a}, {local}) OR {on_domain})"
+
+    def _flag(self, node: Flag, m: str) -> str:
+        flag = _literal(FLAG_NAMES[node.name])
+        self.notes.append(
+            f"is:{node.name}: locations.flags, those of the places the message is still at"
+            " (else of every place it was seen), where the source showed any"
+        )
+        test = (
+            f"NOT list_contains(flags, {flag})"
+            if node.name == "unread"
+            else (f"list_contains(flags, {flag})")
+        )
+        return f"{m}.message_id IN (SELECT message_id FROM ({MESSAGE_FLAGS}) WHERE {test})"
 
     def _location(self, node: Location | Is, m: str) -> str:
         if isinstance(node, Is):

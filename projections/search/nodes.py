@@ -20,6 +20,7 @@ __all__ = [
     "And",
     "DateRange",
     "ExactSubject",
+    "Flag",
     "HasAttachment",
     "Is",
     "ListId",
@@ -154,6 +155,14 @@ class Is:
 
 
 @dataclass(frozen=True)
+class Flag:
+    """``is:unread``, ``flag:flagged``...: a flag of the message, by the rule of
+    ``projections.normalize.flags`` (``name`` is one of its ``FLAG_NAMES``)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class And:
     """Every child matches (implicit between terms, or ``AND``)."""
 
@@ -189,6 +198,7 @@ Query = (
     | Location
     | HasAttachment
     | Is
+    | Flag
     | And
     | Or
     | Not

@@ -15,6 +15,7 @@ from projections.search.nodes import (
     And,
     DateRange,
     ExactSubject,
+    Flag,
     HasAttachment,
     Is,
     ListId,
@@ -109,6 +110,8 @@ def _term(node: Query) -> str:
         return "has:attachment"
     if isinstance(node, Is):
         return f"is:{node.state}"
+    if isinstance(node, Flag):
+        return f"is:{node.name}"
     raise TypeError(f"not a query node: {node!r}")
 
 

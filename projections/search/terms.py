@@ -12,6 +12,7 @@ from projections.normalize import (
     normalize_msgid,
     normalize_subject,
 )
+from projections.normalize.flags import FLAG_NAMES
 from projections.search.dates import read_date_range, read_size_range
 from projections.search.errors import QuerySyntaxError
 from projections.search.nodes import (
@@ -21,6 +22,7 @@ from projections.search.nodes import (
     All,
     DateRange,
     ExactSubject,
+    Flag,
     HasAttachment,
     Is,
     ListId,
@@ -53,6 +55,7 @@ FIELDS: tuple[str, ...] = (
     "account",
     "has",
     "is",
+    "flag",
 )
 """Every ``field:`` prefix the language knows (``thread:{…}`` is read by the parser)."""
 
@@ -87,7 +90,7 @@ def read_term(term: TermText, now: datetime, tz: tzinfo) -> Query:
         if term.prefix and not term.value and not term.quoted:
             return All()
         return _text("text", term)
-    if term.prefix and field in ("id", "thread", "date", "size", "has", "is"):
+    if term.prefix and field in ("id", "thread", "date", "size", "has", "is", "flag"):
         raise QuerySyntaxError(term.end - 1, f"'*' means nothing in {field}:")
     if field in _TEXT_FIELDS:
         if term.exact:
@@ -122,7 +125,10 @@ def read_term(term: TermText, now: datetime, tz: tzinfo) -> Query:
         return HasAttachment()
     if field == "is" and value in ("deleted", "vanished"):
         return Is("deleted" if value == "deleted" else "vanished")
-    known = "attachment" if field == "has" else "deleted, vanished"
+    if field in ("is", "flag") and value in FLAG_NAMES:
+        return Flag(value)
+    flags = ", ".join(FLAG_NAMES)
+    known = {"has": "attachment", "is": f"deleted, vanished, {flags}"}.get(field, flags)
     raise QuerySyntaxError(at, f"{field}:{term.value} is not known (known: {known})")
 
 

@@ -24,6 +24,7 @@ from projections.tables import TABLES, fingerprint, parts_of
 from stores.events import (
     CursorMoved,
     Event,
+    FlagsChanged,
     LocationVanished,
     MessageDeleted,
     MessageSeen,
@@ -66,6 +67,7 @@ def seen(
     sha: str | None = None,
     from_addr: str | None = "joe@example.com",
     to_addrs: Sequence[str] = ("ann@example.com",),
+    flags: tuple[str, ...] | None = None,
 ) -> MessageSeen:
     return MessageSeen(
         run_id=RUN, recorded_at=at, source=source, folder=folder, uidvalidity=uidvalidity,
@@ -73,7 +75,7 @@ def seen(
         headers=(("Message-ID", f"<{mid}>"), ("Subject", subject or "")),
         date_utc=date, date_offset_min=0 if date else None, from_addr=from_addr,
         to_addrs=tuple(to_addrs), in_reply_to=irt, references=tuple(refs),
-        list_id=None, subject=subject,
+        list_id=None, subject=subject, flags=flags,
     )  # fmt: skip
 
 
@@ -106,6 +108,14 @@ def vanished(ev: MessageSeen, *, at: datetime = T0) -> LocationVanished:
         run_id=RUN, recorded_at=at, source=ev.source, folder=ev.folder,
         message_id=ev.message_id, uidvalidity=ev.uidvalidity, uid=ev.uid, uidl=ev.uidl,
         reason="reconcile",
+    )  # fmt: skip
+
+
+def flags_changed(ev: MessageSeen, flags: tuple[str, ...], *, at: datetime = T0) -> FlagsChanged:
+    return FlagsChanged(
+        run_id=RUN, recorded_at=at, source=ev.source, folder=ev.folder,
+        message_id=ev.message_id, uidvalidity=ev.uidvalidity, uid=ev.uid, uidl=ev.uidl,
+        flags=flags,
     )  # fmt: skip
 
 
@@ -179,6 +189,10 @@ DATES = [None, T0, T0 + timedelta(hours=20), T0 - timedelta(days=3)]
 _pool = st.sampled_from(POOL)
 _ref = st.sampled_from(POOL + GHOSTS)
 
+_flags = st.one_of(
+    st.none(),
+    st.sampled_from([(), ("\\Seen",), ("\\Flagged", "\\Seen"), ("\\Answered",)]),
+)
 _seen_op = st.tuples(
     st.just("seen"),
     _pool,
@@ -198,6 +212,7 @@ _seen_op = st.tuples(
         st.tuples(st.just("pop"), st.just(""), st.none(), st.none(), st.sampled_from(["u1", "u2"])),
     ),
     st.integers(0, 1),  # content variant: same id, different bytes now and then
+    _flags,  # what the source showed of its flags: none (mbox, POP3), or a set
 )
 _deleted_op = st.tuples(st.just("deleted"), _pool)
 _moved_op = st.tuples(
@@ -209,9 +224,12 @@ _moved_op = st.tuples(
 )
 _uidv_op = st.tuples(st.just("uidv"), st.sampled_from(FOLDERS), st.sampled_from([1, 2, 3]))
 _vanish_op = st.tuples(st.just("vanish"), st.integers(0, 50))
+_flags_op = st.tuples(st.just("flags"), st.integers(0, 50), _flags.filter(bool))
 
 _ops = st.lists(
-    st.one_of(_seen_op, _seen_op, _seen_op, _deleted_op, _moved_op, _uidv_op, _vanish_op),
+    st.one_of(
+        _seen_op, _seen_op, _seen_op, _deleted_op, _moved_op, _uidv_op, _vanish_op, _flags_op
+    ),
     min_size=1,
     max_size=30,
 )
@@ -228,10 +246,12 @@ def materialize(ops: Sequence[tuple[Any, ...]]) -> list[Event]:
         at = clock.now()
         kind = op[0]
         if kind == "seen":
-            _, mid, irt, refs, subject, date, (src, folder, uv, uid, uidl), variant = op
+            _, mid, irt, refs, subject, date, place, variant, *shown = op
+            src, folder, uv, uid, uidl = place
             ev = seen(
                 mid, at=at, source=src, folder=folder, uidvalidity=uv, uid=uid, uidl=uidl,
                 irt=irt, refs=refs, subject=subject, date=date, sha=_sha(f"{mid}/{variant}"),
+                flags=shown[0] if shown else None,
             )  # fmt: skip
             seen_at.append(ev)
             events.append(ev)
@@ -253,6 +273,8 @@ def materialize(ops: Sequence[tuple[Any, ...]]) -> list[Event]:
             cursor[folder], uidv[folder] = None, new
         elif kind == "vanish" and seen_at:
             events.append(vanished(seen_at[op[1] % len(seen_at)], at=at))
+        elif kind == "flags" and seen_at:
+            events.append(flags_changed(seen_at[op[1] % len(seen_at)], op[2], at=at))
     return events
 
 
@@ -319,6 +341,24 @@ _VANISH_THEN_NEW_CONTENT = (
 )
 
 
+# Flags shown at a place, changed there, the content seen again without flags (an
+# import that shows none: the last known stay) and with others, a change of
+# flags for a place whose content has changed since: cut between every event.
+_INBOX1 = ("imap-a", "INBOX", 1, 1, None)
+_FLAGS_CHANGING = (
+    [
+        ("seen", "m0@pool", None, [], "a", T0, _INBOX1, 0, ("\\Seen",)),
+        ("flags", 0, ("\\Flagged", "\\Seen")),
+        ("seen", "m0@pool", None, [], "a", T0, _INBOX1, 0, None),
+        ("flags", 1, ("\\Answered",)),
+        ("seen", "m1@pool", None, [], "b", T0, _INBOX1, 0, ()),
+        ("flags", 0, ("\\Seen",)),
+        ("seen", "m0@pool", None, [], "a", T0, _INBOX1, 0, ("\\Draft",)),
+    ],
+    [True],
+)
+
+
 @settings(
     # ~0.3 s an example; MAILLEDGER_PROPERTY_EXAMPLES=2000 for a long hunt
     max_examples=int(os.environ.get("MAILLEDGER_PROPERTY_EXAMPLES", "60")),
@@ -331,6 +371,8 @@ _VANISH_THEN_NEW_CONTENT = (
     merge_at=st.integers(min_value=-1, max_value=30),
 )
 @example(*_VANISH_THEN_NEW_CONTENT, -1)
+@example(*_FLAGS_CHANGING, 3)
+@example(_FLAGS_CHANGING[0], [False], -1)
 def test_incremental_commits_give_the_same_tables_as_a_full_replay(
     tmp_path_factory: pytest.TempPathFactory,
     ops: list[tuple[Any, ...]],

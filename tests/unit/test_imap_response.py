@@ -86,6 +86,25 @@ def test_an_envelope_reads_the_same_in_every_servers_shape(data: list[Any]) -> N
     assert got[7] == Envelope(7, 120, "m1@example.org", WHEN)
 
 
+def test_an_envelopes_flags_are_read_in_the_logs_spelling_by_either_reading() -> None:
+    data = [
+        _lit(
+            b"1 (UID 7 RFC822.SIZE 120 FLAGS (\\Seen \\Recent $label1 \\ANSWERED)"
+            b" BODY[HEADER.FIELDS (MESSAGE-ID)]",
+            MSGID,
+        ),
+        b")",
+        _lit(b"2 (UID 8 FLAGS () RFC822.SIZE 9 BODY[HEADER.FIELDS (MESSAGE-ID)]", b"\r\n"),
+        b")",
+    ]
+    expected = {
+        7: Envelope(7, 120, "m1@example.org", None, ("$label1", "\\Answered", "\\Seen")),
+        8: Envelope(8, 9, None, None, ()),
+    }
+    assert envelopes_fast(data) == expected
+    assert response._envelopes_parsed(data) == expected
+
+
 def test_the_common_shape_of_envelopes_is_read_without_the_full_parser() -> None:
     dovecot = [
         _lit(
@@ -109,7 +128,7 @@ def test_the_common_shape_of_envelopes_is_read_without_the_full_parser() -> None
         [_lit(b'1 (UID 7 BODY[HEADER.FIELDS ("MESSAGE-ID")]', MSGID), b")"],  # Courier
         [_lit(b"1 (uid 7 body[header.fields (message-id)]", MSGID), b")"],  # lower case
         [_lit(b"1 (UID 7 BODY[HEADER.FIELDS (MESSAGE-ID)]", MSGID), b" RFC822.SIZE 120)"],
-        [_lit(b"1 (UID 7 FLAGS (\\Seen) BODY[HEADER.FIELDS (MESSAGE-ID)]", MSGID), b")"],
+        [_lit(b'1 (UID 7 FLAGS ("\\Seen") BODY[HEADER.FIELDS (MESSAGE-ID)]', MSGID), b")"],
         [_lit(b"1 (RFC822.SIZE 120 BODY[HEADER.FIELDS (MESSAGE-ID)]", MSGID), b")"],  # no UID
         [_lit(b'1 (UID 7 INTERNALDATE "x" BODY[HEADER.FIELDS (MESSAGE-ID)]', MSGID), b")"],
         [(b"1 (UID 7 BODY[HEADER.FIELDS (MESSAGE-ID)] {99}", MSGID), b")"],  # not its size
@@ -160,6 +179,12 @@ _HEADERS = st.one_of(
 )
 
 
+_FLAGS = [
+    b"\\Seen", b"\\Flagged", b"\\Recent", b"\\deleted", b"$Forwarded", b"Junk", b"\\*",
+    b"1234", b"NIL",
+]  # fmt: skip
+
+
 @given(
     st.lists(
         st.tuples(
@@ -167,19 +192,22 @@ _HEADERS = st.one_of(
             st.integers(0, 2**40),
             st.one_of(st.none(), st.tuples(_DATES, _ZONES, st.booleans())),
             _HEADERS,
-            st.permutations(range(3)),
+            st.permutations(range(4)),
+            st.one_of(st.none(), st.lists(st.sampled_from(_FLAGS), max_size=4)),
         ),
         max_size=5,
     )
 )
 def test_the_fast_reading_of_envelopes_gives_what_the_parser_gives(
-    answers: list[tuple[int, int, Any, bytes, list[int]]],
+    answers: list[tuple[int, int, Any, bytes, list[int], list[bytes] | None]],
 ) -> None:
     data: list[Any] = []
-    for n, (uid, size, date, header, order) in enumerate(answers, 1):
+    for n, (uid, size, date, header, order, flags) in enumerate(answers, 1):
         parts = [b"UID %d" % uid, b"RFC822.SIZE %d" % size]
         if date is not None:
             parts.append(b'INTERNALDATE "' + _imap_date(*date) + b'"')
+        if flags is not None:
+            parts.append(b"FLAGS (" + b" ".join(flags) + b")")
         items = b" ".join(parts[i] for i in order if i < len(parts))
         data += [_lit(b"%d (%s BODY[HEADER.FIELDS (MESSAGE-ID)]" % (n, items), header), b")"]
     fast = envelopes_fast(data)

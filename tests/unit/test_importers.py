@@ -72,11 +72,19 @@ def test_reimport_adds_no_event_and_a_flag_change_is_not_a_new_location(
 ) -> None:
     import_maildir(store, maildir)
     events = store.log.last_seq()
+    same = import_maildir(store, maildir)
+    assert same.events == 0 and store.log.last_seq() == events
     (maildir / "cur" / "1.M1P1.host:2,S").rename(maildir / "cur" / "1.M1P1.host:2,RS")
     again = import_maildir(store, maildir)
     assert again.balanced
-    assert again.events == 0 and again.duplicates == 5 and again.bodies_fetched == 0
-    assert store.log.last_seq() == events
+    assert again.duplicates == 5 and again.bodies_fetched == 0
+    # one flags-changed event, no message-seen: the location is the same
+    assert again.events == again.flags_changed == 1 and store.log.last_seq() == events + 1
+    assert store.query(
+        "select type, uidl, flags from events where seq = ?", [events + 1]
+    ).to_pylist() == [
+        {"type": "flags-changed", "uidl": "1.M1P1.host", "flags": ["\\Answered", "\\Seen"]}
+    ]
 
 
 def test_moved_message_costs_a_location_not_a_body(store: MessageStore, maildir: Path) -> None:

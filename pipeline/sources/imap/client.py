@@ -35,6 +35,7 @@ from pipeline.sources.imap.response import (
     folder_state,
     read_bodies,
     read_envelopes,
+    read_flags,
     status_counts,
 )
 from stores.errors import SourceError, TerminalSourceError, TransientSourceError
@@ -192,13 +193,24 @@ class ImapSource:
 
     # -- envelopes and bodies ----------------------------------------------------
     def envelopes(self, uids: Sequence[int], chunk: int = 500) -> Iterator[Envelope]:
-        """Message-ID, size and INTERNALDATE of each UID still present (no body)."""
+        """Message-ID, size, INTERNALDATE and flags of each UID still present (no body)."""
         for i in range(0, len(uids), chunk):
             part = list(uids[i : i + chunk])
             raw = self.fetch_raw(part, ENVELOPE_ASK, what="envelopes")
             got = self._call("UID FETCH envelopes", read_envelopes, raw)
             # (a UID not answered was expunged meanwhile: the caller counts it as vanished)
             yield from (got[uid] for uid in part if uid in got)
+
+    def flags(self, uids: Sequence[int], chunk: int = 2000) -> dict[int, tuple[str, ...]]:
+        """The flags of each UID still present (``FETCH FLAGS``: a few bytes each),
+        in the log's spelling. Read only: FETCH FLAGS sets nothing."""
+        out: dict[int, tuple[str, ...]] = {}
+        for i in range(0, len(uids), chunk):
+            part = list(uids[i : i + chunk])
+            raw = self.fetch_raw(part, ("UID", "FLAGS"), what="FLAGS")
+            got = self._call("UID FETCH FLAGS", read_flags, raw)
+            out.update((uid, got[uid]) for uid in part if uid in got)
+        return out
 
     def bodies(self, uids: Sequence[int], *, dates: bool = False) -> dict[int, bytes]:
         """Raw bytes of each UID still present, by ``BODY.PEEK[]`` (never sets \\Seen).
