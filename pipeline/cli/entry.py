@@ -55,6 +55,8 @@ _COMMANDS = (
 # the commands that write a store: each holds the code it started with (held_code), so
 # an upgrade under it (`pip install -U` during a cron sync) cannot mix two versions
 _RUNS = frozenset({"sync", "import", "replay", "compact", "dispatch", "delete"})
+# the commands that read a cluster as one store (``--cluster DIR``)
+_CLUSTER_READS = frozenset({"search", "thread", "show", "query", "stats", "verify"})
 
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -96,6 +98,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         parser = build_parser(env)
         args = parser.parse_args(argv)
+        if args.cluster is not None and args.command not in _CLUSTER_READS:
+            raise UsageError(f"{args.command}: not supported with --cluster yet")
         if args.command in _RUNS:
             held.enter_context(held_code())
         args.parser = parser  # (completion and man describe it)

@@ -66,6 +66,14 @@ def global_options(parser: argparse.ArgumentParser, *, after_command: bool) -> N
         help="TOML config file (default: $XDG_CONFIG_HOME/mailledger/config.toml, read"
         " where it exists)",
     ).complete_kind = "FILE"
+    g.add_argument(  # type: ignore[attr-defined]
+        "--cluster",
+        type=Path,
+        metavar="DIR",
+        default=default(None),
+        help="read a cluster of shards as one store (search, thread, show, query, stats,"
+        " verify): through each shard's newest snapshot (`cluster snapshot DIR`)",
+    ).complete_kind = "DIRECTORY"
     g.add_argument(
         "--memory",
         metavar="SIZE",

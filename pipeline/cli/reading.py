@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.cli import output
-from pipeline.cli.common import add_as_of, as_of, open_store
+from pipeline.cli.common import add_as_of, as_of, open_reads, open_store
 from pipeline.cli.exits import EXIT_OK
 from pipeline.cli.parsing import add_command
 from pipeline.cli.searching import print_tree
@@ -33,13 +33,14 @@ def cmd_find(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from pipeline.render import message_text, render_text
 
-    with open_store(args) as store:
+    with open_reads(args) as store:
         if args.raw:
             output.write_bytes(store.raw(args.id))
             return EXIT_OK
         rec = store.get(args.id)
         if rec is None:
-            raise NotFoundError(f"no message {args.id!r} in the store")
+            where = "cluster" if args.cluster is not None else "store"
+            raise NotFoundError(f"no message {args.id!r} in the {where}")
         raw = store.raw(rec["message_id"])
     if args.json:
         text = message_text(raw)
@@ -57,7 +58,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_thread(args: argparse.Namespace) -> int:
-    with open_store(args) as store, as_of(args, store) as then:
+    with open_reads(args) as store, as_of(args, store) as then:
         if args.json:  # (the flat array of ids scripts read)
             output.print_json(then.walk_thread(args.id))
             return EXIT_OK
@@ -72,7 +73,7 @@ def cmd_thread(args: argparse.Namespace) -> int:
 def cmd_query(args: argparse.Namespace) -> int:
     import duckdb
 
-    with open_store(args) as store, as_of(args, store) as then:
+    with open_reads(args) as store, as_of(args, store) as then:
         try:
             table = then.query(args.sql)
         except duckdb.Error as exc:
@@ -90,9 +91,9 @@ def cmd_query(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     from pipeline.at_rest import quick_stats  # (a store at rest: not opened)
 
-    stats = quick_stats(Path(args.store))
+    stats = quick_stats(Path(args.store)) if args.cluster is None else None
     if stats is None:
-        with open_store(args) as store:
+        with open_reads(args) as store:
             stats = store.stats()
     if args.json:
         output.print_json(stats)
