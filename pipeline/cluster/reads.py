@@ -57,24 +57,26 @@ _UNIONED = ("thread_nodes", "locations", "cursors")
 _OF_THE_WINNER = {"header_index": "message_id", "thread_edges": "child"}
 _SHARD_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
-# One row per Message-ID: the copy the primary store's rule picks (the earliest
-# indexed_at, ties to the lower shard), with every shard that holds one.
-_MESSAGES = """
-SELECT * EXCLUDE (_n) FROM (
-    SELECT *, list(shard ORDER BY shard) OVER (PARTITION BY message_id) AS shards,
-           row_number() OVER (PARTITION BY message_id
-                              ORDER BY indexed_at NULLS LAST, shard) AS _n
-    FROM _all_messages
-) WHERE _n = 1
+# The Message-IDs more than one shard holds (few: the same mail in two accounts),
+# each with its shards and the one whose copy the primary store's rule picks (the
+# earliest indexed_at, ties to the lower shard): made once when the reads open
+# (one GROUP BY of two columns), so that ``messages`` costs a scan of each shard
+# and a probe of this small table, not a sort of every row by Message-ID.
+_MULTI = """
+SELECT message_id, list(shard ORDER BY shard) AS shards,
+       arg_min(shard, (indexed_at IS NULL, indexed_at, shard)) AS winner
+FROM ({held}) GROUP BY message_id HAVING count(*) > 1
 """
-# The copies of a Message-ID the rule does not pick (one row per shard holding one).
+# Every copy of those but the winner: (message_id, shard).
 _LOSERS = """
-SELECT message_id, shard FROM (
-    SELECT message_id, shard,
-           row_number() OVER (PARTITION BY message_id
-                              ORDER BY indexed_at NULLS LAST, shard) AS _n
-    FROM _all_messages
-) WHERE _n > 1
+SELECT message_id, shard FROM (SELECT message_id, winner, unnest(shards) AS shard FROM _multi)
+WHERE shard <> winner
+"""
+# One shard's part of ``messages``: its rows but those another shard's copy wins.
+_MESSAGES_OF = """
+SELECT m.*, {name} AS shard, coalesce(x.shards, [{name}]) AS shards
+FROM {alias}.messages m LEFT JOIN _multi x ON x.message_id = m.message_id
+WHERE x.message_id IS NULL OR x.winner = {name}
 """
 # The thread of ``id`` across shards: the component of the winning copies' edges
 # (``thread_edges``) holding it, walked both ways (UNION: each id once, so it ends).
@@ -175,9 +177,14 @@ class ClusterReads:
                 for s in self.shards
             )
 
-        con.execute(f"CREATE TEMP VIEW _all_messages AS {union('messages')}")
-        con.execute(f"CREATE TEMP VIEW messages AS {_MESSAGES}")
-        con.execute(f"CREATE TEMP VIEW _losers AS {_LOSERS}")
+        held = " UNION ALL ".join(
+            f"SELECT message_id, indexed_at, {sql_string(s.name)} AS shard FROM {s.alias}.messages"
+            for s in self.shards
+        )
+        con.execute(f"CREATE TEMP TABLE _multi AS {_MULTI.format(held=held)}")
+        con.execute(f"CREATE TEMP TABLE _losers AS {_LOSERS}")
+        parts = [_MESSAGES_OF.format(name=sql_string(s.name), alias=s.alias) for s in self.shards]
+        con.execute(f"CREATE TEMP VIEW messages AS {' UNION ALL '.join(parts)}")
         for table in _UNIONED:
             con.execute(f"CREATE TEMP VIEW {table} AS {union(table)}")
         for table, key in _OF_THE_WINNER.items():
@@ -448,8 +455,8 @@ class ClusterReads:
             one["events"] = shard.snapshot.seq
             for key, value in one.items():
                 total[key] = total.get(key, 0) + value
-        distinct = self.con.execute("SELECT count(DISTINCT message_id) FROM _all_messages")
-        total["distinct_messages"] = int(distinct.fetchall()[0][0])
+        distinct = self.con.execute("SELECT count(*) FROM _losers")
+        total["distinct_messages"] = total["messages"] - int(distinct.fetchall()[0][0])
         total["shards"] = len(self.catalog.shards)
         total["snapshots"] = {s.name: f"{s.snapshot.epoch}-{s.snapshot.seq}" for s in self.shards}
         return total
