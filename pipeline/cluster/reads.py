@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +40,6 @@ from pipeline.cluster.snapshots import Snapshot, holding, newest_snapshot
 from projections import queries
 from projections.lookup import rows_where_in
 from projections.normalize import normalize_msgid
-from projections.queries.messages import thread_nodes_of
 from projections.queries.threads import MEMBER_COLUMNS, tree_of
 from projections.tables import events_sql, sql_string
 from stores import db
@@ -55,6 +55,7 @@ _UNIONED = ("thread_nodes", "locations", "cursors")
 # ... and those made from a message's own row: only the winning copy's rows (by
 # their column naming it), as the one store holding all the mail keeps only those
 _OF_THE_WINNER = {"header_index": "message_id", "thread_edges": "child"}
+_SEARCH_THREADS = 4  # shards searched at once
 _SHARD_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 # The Message-IDs more than one shard holds (few: the same mail in two accounts),
@@ -249,28 +250,32 @@ class ClusterReads:
         if sort == "relevance" and not plan.text:
             sort = "newest"
         need = None if limit is None else limit + offset
-        found: dict[str, tuple[int, dict[str, Any]]] = {}  # id -> (shard index, row)
-        for i, shard in enumerate(self.shards):
-            cur = self._on(shard)
+        texts = [self._text(shard) if plan.text else None for shard in self.shards]
+
+        def one(i: int) -> list[dict[str, Any]]:
+            cur = self._on(self.shards[i])
             try:
-                text = self._text(shard) if plan.text else None
                 if output == "count":
-                    page = search_table(cur, plan, "messages", sort, None, 0, text)
+                    page = search_table(cur, plan, "messages", sort, None, 0, texts[i])
                 else:
-                    page = search_table(cur, plan, "summary", sort, need, 0, text)
-                rows = page.to_pylist()
+                    page = search_table(cur, plan, "summary", sort, need, 0, texts[i])
+                rows: list[dict[str, Any]] = page.to_pylist()
                 if ranked and rows:
-                    scores = _scores(cur, text, plan, [r["message_id"] for r in rows])
+                    scores = _scores(cur, texts[i], plan, [r["message_id"] for r in rows])
                     for r in rows:
                         r["_score"] = scores.get(r["message_id"])
-                for r in rows:
-                    held = found.get(r["message_id"])
-                    if held is None:
-                        found[r["message_id"]] = (i, r)
-                    else:
-                        found[r["message_id"]] = self._winner(held, (i, r))
+                return rows
             finally:
                 cur.close()
+
+        # the shards side by side (DuckDB and SQLite let go of the GIL while they read)
+        with ThreadPoolExecutor(max_workers=_SEARCH_THREADS) as pool:
+            answers = list(pool.map(one, range(len(self.shards))))
+        found: dict[str, tuple[int, dict[str, Any]]] = {}  # id -> (shard index, row)
+        for i, rows in enumerate(answers):
+            for r in rows:
+                held = found.get(r["message_id"])
+                found[r["message_id"]] = (i, r) if held is None else self._winner(held, (i, r))
         if output == "count":
             return pa.table({"count": pa.array([len(found)], pa.int64())})
         rows = [r for _, r in found.values()]
@@ -316,36 +321,23 @@ class ClusterReads:
         a superset (a losing copy's own References join a shard's threads too),
         cut to the component of ``msg_id`` in the graph of the winning copies' edges,
         the graph one store holding all the mail has."""
-        ids: set[str] = set()
-        for shard in self.shards:
-            cur = self._on(shard)
-            try:
-                ids.update(thread_nodes_of(cur, msg_id))
-            except NotFoundError:
-                pass
-            finally:
-                cur.close()
-        if not ids:
-            raise NotFoundError(f"no message {msg_id!r} in the cluster")
+        ids = {m for m in (msg_id, normalize_msgid(msg_id)) if m}
+        asked: list[set[str]] = [set() for _ in self.shards]  # ids each shard was asked
+        holding: list[set[str]] = [set() for _ in self.shards]  # its thread_nodes among them
         grown = True
-        while grown:
+        while grown:  # (a shard is asked only the ids found since it was last asked)
             grown = False
-            for shard in self.shards:
-                cur = self._on(shard)
-                try:
-                    more = cur.execute(
-                        "SELECT DISTINCT o.message_id FROM thread_nodes n"
-                        " JOIN thread_nodes o ON o.thread_id = n.thread_id"
-                        " WHERE n.message_id IN (SELECT unnest(?::VARCHAR[]))",
-                        [sorted(ids)],
-                    ).fetchall()
-                finally:
-                    cur.close()
-                new = {str(r[0]) for r in more} - ids
-                if new:
-                    ids |= new
+            for i, shard in enumerate(self.shards):
+                ask = sorted(ids - asked[i])
+                if not ask:
+                    continue
+                asked[i].update(ask)
+                found = self._threads_holding(shard, ask)
+                holding[i] |= found
+                if found - ids:
+                    ids |= found
                     grown = True
-        stored = self._stored(sorted(ids))
+        stored = self._stored([sorted(h) for h in holding])
         links: dict[str, set[str]] = {}
         for mid, r in stored.items():
             for parent in {r["in_reply_to"], *(r["references"] or [])}:
@@ -363,10 +355,28 @@ class ClusterReads:
                     todo.append(other)
         return sorted(seen), {m: r for m, r in stored.items() if m in seen}
 
-    def _stored(self, ids: list[str]) -> dict[str, dict[str, Any]]:
-        """The winning row (``MEMBER_COLUMNS``) of each of ``ids`` some shard stores."""
+    def _threads_holding(self, shard: ShardSnapshot, ids: list[str]) -> set[str]:
+        """Every node of ``shard``'s threads that hold any of ``ids`` (through the
+        indexes on ``thread_nodes``: a read of those threads only)."""
+        cur = self._on(shard)
+        try:
+            tids = rows_where_in(cur, "thread_nodes", "message_id", ids, "thread_id")
+            wanted = sorted(set(tids.column("thread_id").to_pylist()))
+            if not wanted:
+                return set()
+            members = rows_where_in(cur, "thread_nodes", "thread_id", wanted, "message_id")
+        finally:
+            cur.close()
+        return {str(m) for m in members.column("message_id").to_pylist()}
+
+    def _stored(self, ids_of: list[list[str]]) -> dict[str, dict[str, Any]]:
+        """The winning row (``MEMBER_COLUMNS``) of each id some shard stores, of
+        ``ids_of[i]`` asked of shard i (an empty list: that shard is not asked)."""
         best: dict[str, tuple[tuple[bool, Any, int], dict[str, Any]]] = {}
         for i, shard in enumerate(self.shards):
+            ids = ids_of[i]
+            if not ids:
+                continue
             cur = self._on(shard)
             try:
                 got = rows_where_in(
