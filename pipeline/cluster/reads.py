@@ -87,8 +87,7 @@ WITH RECURSIVE comp(mid) AS (
     SELECT coalesce(nullif(regexp_replace(regexp_extract(id, '<([^<>]*)>', 1), '\\s', '', 'g'),
                     ''), trim(id, '<> '))
     UNION
-    SELECT CASE WHEN e.child = c.mid THEN e.parent ELSE e.child END
-    FROM comp c JOIN thread_edges e ON e.child = c.mid OR e.parent = c.mid
+    SELECT l.b FROM comp c JOIN _links l ON l.a = c.mid
 )
 SELECT m.* FROM messages m WHERE m.message_id IN (SELECT mid FROM comp)
 ORDER BY m.date_iso NULLS LAST, m.message_id
@@ -205,6 +204,10 @@ class ClusterReads:
         con.execute(
             "CREATE TEMP VIEW message_headers AS SELECT m.message_id, e.headers"
             " FROM messages m JOIN events e ON e.shard = m.shard AND e.seq = m.seq"
+        )
+        con.execute(  # (both ways, so that the macro's walk is an equi-join)
+            "CREATE TEMP VIEW _links AS SELECT child AS a, parent AS b FROM thread_edges"
+            " UNION ALL SELECT parent, child FROM thread_edges"
         )
         con.execute(f"CREATE TEMP MACRO {_THREAD_MACRO}")
 
