@@ -256,12 +256,15 @@ def test_snapshots_carry_epoch_and_seq_and_the_newest_two_are_kept(
             assert held.path.exists()  # ... kept while it reads, though two are newer
             assert reads.query("SELECT count(*) AS n FROM messages").to_pylist() == [{"n": 4}]
         publish_snapshot(store)  # (nothing new; the old one, let go, is removed now)
+        store.add("u11", b"Message-ID: <m11@x>\r\nSubject: s11\r\n\r\nb\r\n")
+        # a publish at most every hour: the newest is not an hour old, nothing copied
+        assert publish_snapshot(store, min_interval=3600).seq == 6
     assert [(s.epoch, s.seq) for s in made] == [(1, 1), (1, 2), (1, 3), (1, 4)]
     left = sorted(p.name for p in (path / "snapshots").iterdir())
     assert left == ["1-5", "1-6"]
     code, out, _ = _cli(capsys, "cluster", "status", str(root), "--json")
     shard = json.loads(out)["shards"][0]
-    assert code == 0 and shard["seq"] == 6 and shard["snapshot"]["seq"] == 6
+    assert code == 0 and shard["seq"] == 7 and shard["snapshot"]["seq"] == 6
     assert shard["snapshot"]["epoch"] == 1
     code, out, _ = _cli(capsys, "cluster", "status", str(root))
     assert out.splitlines()[0].split()[:5] == [
