@@ -114,6 +114,7 @@ class ClusterReads:
         self.shards: list[ShardSnapshot] = []
         self._held = contextlib.ExitStack()
         self._texts: dict[str, apsw.Connection] = {}
+        self._threads: ThreadPoolExecutor | None = None
         try:
             for name in catalog.shards:
                 if not _SHARD_NAME.fullmatch(name):
@@ -153,6 +154,9 @@ class ClusterReads:
         raise UsageError(f"{name}: its snapshots keep being replaced; ask again")
 
     def close(self) -> None:
+        if self._threads is not None:
+            self._threads.shutdown()
+            self._threads = None
         for text in self._texts.values():
             text.close()
         self._texts.clear()
@@ -272,16 +276,23 @@ class ClusterReads:
                 cur.close()
 
         # the shards side by side (DuckDB and SQLite let go of the GIL while they read)
-        with ThreadPoolExecutor(max_workers=_SEARCH_THREADS) as pool:
-            answers = list(pool.map(one, range(len(self.shards))))
-        found: dict[str, tuple[int, dict[str, Any]]] = {}  # id -> (shard index, row)
+        answers = list(self._pool().map(one, range(len(self.shards))))
+        ids = [] if output == "count" else [r["message_id"] for rows in answers for r in rows]
+        shared = self._winners(ids)
+        found: dict[str, dict[str, Any]] = {}  # id -> the winning copy's row
+        best: dict[str, float] = {}  # id -> the best score of its copies
         for i, rows in enumerate(answers):
             for r in rows:
-                held = found.get(r["message_id"])
-                found[r["message_id"]] = (i, r) if held is None else self._winner(held, (i, r))
+                mid = r["message_id"]
+                if r.get("_score") is not None:
+                    best[mid] = min(best.get(mid, r["_score"]), r["_score"])
+                if mid not in found or shared.get(mid) == self.shards[i].name:
+                    found[mid] = r
+        for mid, r in found.items():
+            r["_score"] = best.get(mid)
         if output == "count":
             return pa.table({"count": pa.array([len(found)], pa.int64())})
-        rows = [r for _, r in found.values()]
+        rows = list(found.values())
         rows.sort(key=lambda r: r["message_id"])
         rows.sort(key=lambda r: r["date_iso"] or "", reverse=sort != "oldest")
         rows.sort(key=lambda r: r["date_iso"] is None)  # (undated last, either way)
@@ -292,27 +303,21 @@ class ClusterReads:
         table = pa.table({c: pa.array([r[c] for r in rows], pa.string()) for c in columns})
         return table.select(["message_id"]) if output == "messages" else table
 
-    def _winner(
-        self, a: tuple[int, dict[str, Any]], b: tuple[int, dict[str, Any]]
-    ) -> tuple[int, dict[str, Any]]:
-        """Of two shards' rows of one Message-ID, the one the primary store's rule
-        keeps (the earliest indexed_at, then the lower shard); the best score kept."""
-        mid = a[1]["message_id"]
-        stamps = [self._indexed_at(self.shards[i], mid) for i, _ in (a, b)]
-        first = (stamps[0] is None, stamps[0], a[0]) <= (stamps[1] is None, stamps[1], b[0])
-        keep = a if first else b
-        scores = [s for s in (a[1].get("_score"), b[1].get("_score")) if s is not None]
-        if scores:
-            keep[1]["_score"] = min(scores)
-        return keep
+    def _winners(self, ids: list[str]) -> dict[str, str]:
+        """Of ``ids``, those more than one shard holds, each with the shard whose copy
+        the primary store's rule picks (from ``_multi``, made at open)."""
+        if not ids:
+            return {}
+        rows = self.con.execute(
+            "SELECT message_id, winner FROM _multi WHERE message_id IN (SELECT unnest(?))",
+            [sorted(set(ids))],
+        ).fetchall()
+        return {str(m): str(w) for m, w in rows}
 
-    def _indexed_at(self, shard: ShardSnapshot, mid: str) -> Any:
-        cur = self._on(shard)
-        try:
-            rows = rows_where_in(cur, "messages", "message_id", [mid], "indexed_at").to_pylist()
-        finally:
-            cur.close()
-        return rows[0]["indexed_at"] if rows else None
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(max_workers=_SEARCH_THREADS)
+        return self._threads
 
     # -- threads ------------------------------------------------------------------------
     def _component(self, msg_id: str) -> tuple[list[str], dict[str, dict[str, Any]]]:
