@@ -101,6 +101,11 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    if args.cluster is not None:  # (each shard's verify, its problems named by shard)
+        from pipeline.cluster.reads import verify_cluster
+
+        events, problems = verify_cluster(args.cluster, blobs=not args.no_blobs)
+        return _verified(args, events, problems)
     progress = command_progress()
     with args.app.open_store(args.store, check=False) as store:  # lists every problem
         try:
@@ -108,6 +113,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         finally:
             progress.close()
         events = store.log.last_seq()
+    return _verified(args, events, problems)
+
+
+def _verified(args: argparse.Namespace, events: int, problems: list[str]) -> int:
     if args.json:
         output.print_json({"ok": not problems, "events": events, "problems": problems})
     elif problems:

@@ -17,6 +17,7 @@ from pipeline.verbosity import progress_wanted
 from stores.errors import UsageError
 
 if TYPE_CHECKING:
+    from pipeline.cluster.reads import ClusterReads
     from pipeline.store import MessageStore, PastStore
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "command_progress",
     "default_store_path",
     "memory_budget",
+    "open_reads",
     "open_store",
     "resolve_store",
     "version",
@@ -114,6 +116,18 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> MessageStor
     return store
 
 
+def open_reads(args: argparse.Namespace) -> MessageStore | ClusterReads:
+    """What a read command asks: the cluster of ``--cluster DIR`` read as one store
+    (``pipeline.cluster.reads``: imported only then), else the store."""
+    if args.cluster is None:
+        return open_store(args)
+    if getattr(args, "as_of", None) is not None:
+        raise UsageError("--as-of: not supported with --cluster yet")
+    from pipeline.cluster.reads import open_reads as open_cluster
+
+    return open_cluster(args.cluster)
+
+
 def add_as_of(p: argparse.ArgumentParser) -> None:
     """``--as-of SEQ|DATETIME`` on a command that reads the projections."""
     p.add_argument(
@@ -126,11 +140,17 @@ def add_as_of(p: argparse.ArgumentParser) -> None:
 
 
 @contextlib.contextmanager
-def as_of(args: argparse.Namespace, store: MessageStore) -> Iterator[MessageStore | PastStore]:
+def as_of(
+    args: argparse.Namespace, store: MessageStore | ClusterReads
+) -> Iterator[MessageStore | PastStore | ClusterReads]:
     """``store`` itself, or with ``--as-of`` the store as it stood then."""
     if args.as_of is None:
         yield store
         return
+    from pipeline.store import MessageStore
+
+    if not isinstance(store, MessageStore):  # (refused by ``open_reads`` already)
+        raise UsageError("--as-of: not supported with --cluster yet")
     text: str = args.as_of.strip()
     if text.isdigit():
         seq = int(text)

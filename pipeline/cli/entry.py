@@ -55,6 +55,12 @@ _COMMANDS = (
 # the commands that write a store: each holds the code it started with (held_code), so
 # an upgrade under it (`pip install -U` during a cron sync) cannot mix two versions
 _RUNS = frozenset({"sync", "import", "replay", "compact", "dispatch", "delete"})
+# the commands that read a cluster as one store (``--cluster DIR``)
+# what --cluster DIR runs over a cluster: its reads, its sync (and cluster itself,
+# which names its DIR)
+_CLUSTER_COMMANDS = frozenset(
+    {"search", "thread", "show", "query", "stats", "verify", "sync", "cluster"}
+)
 
 
 # the commands whose arguments are the words of a query, as notmuch reads them
@@ -103,6 +109,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         parser = build_parser(env)
         words = sys.argv[1:] if argv is None else argv
         args = parser.parse_args(query_words_last(words, parser, parser.query_commands))
+        if args.cluster is not None and args.command not in _CLUSTER_COMMANDS:
+            raise UsageError(f"{args.command}: not supported with --cluster yet")
         if args.command in _RUNS:
             held.enter_context(held_code())
         args.parser = parser  # (completion and man describe it)

@@ -86,7 +86,9 @@ def global_options(parser: argparse.ArgumentParser, *, after_command: bool) -> N
         type=Path,
         metavar="DIR",
         default=default(None),
-        help="a cluster of shards (mailledger cluster init) rather than one store",
+        help="a cluster of shards rather than one store: sync into it, read it as one"
+        " store (search, thread, show, query, stats, verify: through each shard's newest"
+        " snapshot, `cluster snapshot DIR`)",
     ).complete_kind = "DIRECTORY"
     g.add_argument(
         "--memory",

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.cli import output
-from pipeline.cli.common import add_as_of, as_of, open_store
+from pipeline.cli.common import add_as_of, as_of, open_reads, open_store
 from pipeline.cli.exits import EXIT_ERROR, EXIT_OK
 from pipeline.cli.parsing import add_command
 from pipeline.cli.searching import print_tree
 from stores.errors import NotFoundError, UsageError
 
 if TYPE_CHECKING:
+    from pipeline.cluster.reads import ClusterReads
     from pipeline.store import MessageStore
     from projections.queries import ThreadNode
 
@@ -63,7 +64,7 @@ def message_refs(given: list[str]) -> list[tuple[str, str]]:
 
 
 def _messages(
-    store: MessageStore, refs: list[tuple[str, str]]
+    store: MessageStore | ClusterReads, refs: list[tuple[str, str]]
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The primary records ``refs`` name (a thread: each stored message of it, oldest
     first), each once, in the order given; and the ids the store does not hold."""
@@ -122,7 +123,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         raise UsageError("--json is not for bytes: --raw and --part write them as they are")
     if args.part is not None and args.part < 0:
         raise UsageError("--part: a part number is 0 (the whole message) or more")
-    with open_store(args) as store:
+    with open_reads(args) as store:
         if args.raw:
             output.write_bytes(store.raw(refs[0][1]))
             return EXIT_OK
@@ -185,7 +186,7 @@ def cmd_thread(args: argparse.Namespace) -> int:
     flat: list[str] = []
     trees: list[list[ThreadNode]] = []
     seen: set[tuple[str, ...]] = set()  # (each thread once, however many ids name it)
-    with open_store(args) as store, as_of(args, store) as then:
+    with open_reads(args) as store, as_of(args, store) as then:
         for _, value in refs:
             try:
                 if args.json:  # (the flat array of ids scripts read)
@@ -219,7 +220,7 @@ def cmd_thread(args: argparse.Namespace) -> int:
 def cmd_query(args: argparse.Namespace) -> int:
     import duckdb
 
-    with open_store(args) as store, as_of(args, store) as then:
+    with open_reads(args) as store, as_of(args, store) as then:
         try:
             table = then.query(args.sql)
         except duckdb.Error as exc:
@@ -237,9 +238,9 @@ def cmd_query(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     from pipeline.at_rest import quick_stats  # (a store at rest: not opened)
 
-    stats = quick_stats(Path(args.store))
+    stats = quick_stats(Path(args.store)) if args.cluster is None else None
     if stats is None:
-        with open_store(args) as store:
+        with open_reads(args) as store:
             stats = store.stats()
     if args.json:
         output.print_json(stats)

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from pipeline.cli import output
-from pipeline.cli.common import add_as_of, as_of, command_progress, open_store
+from pipeline.cli.common import add_as_of, as_of, command_progress, open_reads, open_store
 from pipeline.cli.exits import EXIT_ERROR, EXIT_OK
 from pipeline.cli.parsing import add_command
 from pipeline.terminal import terminal_text
@@ -104,7 +104,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         output.echo(sql, newlines=True, tabs=True)
         return EXIT_OK
     matched: int | None = None  # (counted only when the page is empty but a match may not be)
-    with open_store(args) as store, as_of(args, store) as then:
+    with open_reads(args) as store, as_of(args, store) as then:
         table = then.search(plan, args.output, sort=args.sort, limit=args.limit, offset=args.offset)
         if args.output != "count" and table.num_rows == 0 and (args.limit == 0 or args.offset):
             matched = then.search(plan, "count").column(0)[0].as_py()

@@ -22,7 +22,7 @@ import duckdb
 from projections.lookup import rows_where_in
 from projections.queries.messages import thread_nodes_of
 
-__all__ = ["ThreadNode", "thread_tree"]
+__all__ = ["MEMBER_COLUMNS", "ThreadNode", "thread_tree", "tree_of"]
 
 
 @dataclass
@@ -49,7 +49,7 @@ class ThreadNode:
 
 
 # The columns of a stored member the tree needs.
-_MEMBER_COLUMNS = 'message_id, date_iso, from_addr, subject, in_reply_to, "references"'
+MEMBER_COLUMNS = 'message_id, date_iso, from_addr, subject, in_reply_to, "references"'
 
 
 def thread_tree(con: duckdb.DuckDBPyConnection, msg_id: str) -> list[ThreadNode]:
@@ -64,8 +64,15 @@ def thread_tree(con: duckdb.DuckDBPyConnection, msg_id: str) -> list[ThreadNode]
     ids = thread_nodes_of(con, msg_id)
     stored = {
         r["message_id"]: r
-        for r in rows_where_in(con, "messages", "message_id", ids, _MEMBER_COLUMNS).to_pylist()
+        for r in rows_where_in(con, "messages", "message_id", ids, MEMBER_COLUMNS).to_pylist()
     }
+    return tree_of(ids, stored)
+
+
+def tree_of(ids: list[str], stored: dict[str, dict[str, Any]]) -> list[ThreadNode]:
+    """The roots of the tree of the thread whose nodes are ``ids``, given the
+    ``MEMBER_COLUMNS`` of its stored members by Message-ID (``stored``): the one
+    rule of a thread's shape, for one store and for a cluster joining its shards'."""
     rows = [
         stored.get(mid)
         or {"message_id": mid, "date_iso": None, "from_addr": None, "subject": None,

@@ -100,6 +100,7 @@ def test_status_shows_each_shards_events_and_writer_epoch(
     shards = {s["shard"]: s for s in json.loads(out)["shards"]}
     assert shards["shard-000"] == {
         "shard": "shard-000", "accounts": 1, "epoch": 0, "holder": "", "seq": 0, "messages": 0,
+        "snapshot": None,
     }  # fmt: skip
     assert shards["shard-001"]["epoch"] == 1 and shards["shard-001"]["seq"] == 1
     assert shards["shard-001"]["holder"] == "the committer of shard-001"
