@@ -149,13 +149,15 @@ class RunReport:
     alarms: list[str] = field(default_factory=list)
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
     """A cluster sync's task of each account: its shard, wall and CPU seconds."""
+    snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """A cluster sync's snapshot of each shard it synced into: epoch and seq."""
 
     @property
     def errors(self) -> int:
         return sum(
             a.counts.errors + a.folder_errors + (1 if a.error else 0)
             for a in self.accounts.values()
-        )
+        ) + sum(1 for s in self.snapshots.values() if "error" in s)
 
     @property
     def balanced(self) -> bool:
@@ -174,4 +176,5 @@ class RunReport:
             "alarms": list(self.alarms),
             "accounts": {k: v.as_dict() for k, v in self.accounts.items()},
             **({"tasks": self.tasks} if self.tasks else {}),
+            **({"snapshots": self.snapshots} if self.snapshots else {}),
         }

@@ -192,6 +192,7 @@ def sync_cluster(
         for name in names:
             task = functools.partial(sync_account_task, **args[name], env=env)
             _collect(report, name, task, emit)
+        _publish(catalog, {catalog.shard_of(n) for n in names}, report, emit)
         return report
     from distributed import as_completed
 
@@ -208,7 +209,30 @@ def sync_cluster(
         }
         for fut in as_completed(futures):
             _collect(report, futures[fut], fut.result, emit)
+    _publish(catalog, {catalog.shard_of(n) for n in names}, report, emit)
     return report
+
+
+def _publish(
+    catalog: Catalog, shards: set[str], report: RunReport, emit: Callable[[str], None]
+) -> None:
+    """A snapshot of each shard the run synced into (what ``--cluster`` reads see;
+    nothing is copied where the newest one holds the log's end already). A failed
+    publish is the run's error, its commits stand."""
+    if not report.applied:
+        return
+    from pipeline.cluster.snapshots import publish_snapshot
+    from pipeline.store import MessageStore
+
+    for shard in sorted(shards):
+        try:
+            with MessageStore.open(catalog.shard_path(shard), create=False) as store:
+                snap = publish_snapshot(store)
+        except Exception as exc:  # (a full disk, say): the reads stay on the older one
+            report.snapshots[shard] = {"error": f"snapshot not published: {exc}"}
+            emit(f"error {shard}: snapshot not published: {exc}")
+            continue
+        report.snapshots[shard] = {"epoch": snap.epoch, "seq": snap.seq}
 
 
 def _task_args(

@@ -100,11 +100,16 @@ def test_a_cluster_sync_puts_each_account_in_its_shard_once(
         assert {e[0] for e in events} == set(catalog.accounts_of(shard))
     held = set().union(*(_ids(catalog.shard_path(s)) for s in catalog.shards))
 
+    # the run published each shard's snapshot: --cluster reads answer as one store
+    assert sorted(report["snapshots"]) == ["shard-000", "shard-001"]
+
     # one store that synced the same accounts holds the same messages
     single = tmp_path / "single"
     alone = _ml(env, "--store", str(single), "sync", "--config", str(config), "--apply")
     assert alone.returncode == 0, alone.stderr
     assert held == _ids(single) and len(held) == 90
+    count = _ml(env, "--cluster", str(root), "search", "*", "--output=count")
+    assert count.returncode == 0 and count.stdout.strip() == "90", count.stderr
 
     # a second run finds nothing new and writes nothing but what a plain idle sync does
     before = {s: len(by_shard[s]) for s in catalog.shards}
