@@ -102,7 +102,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     if args.cluster is not None:  # (each shard's verify, its problems named by shard)
-        from pipeline.cluster.reads import verify_cluster
+        from pipeline.cluster.verify import verify_cluster
 
         events, problems = verify_cluster(args.cluster, blobs=not args.no_blobs)
         return _verified(args, events, problems)

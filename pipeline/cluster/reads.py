@@ -36,6 +36,7 @@ import duckdb
 import pyarrow as pa
 
 from pipeline.cluster.catalog import Catalog, open_catalog
+from pipeline.cluster.ranking import bm25_of
 from pipeline.cluster.snapshots import Snapshot, holding, newest_snapshot
 from projections import queries
 from projections.lookup import rows_where_in
@@ -48,7 +49,7 @@ from stores.errors import NotFoundError, UsageError
 if TYPE_CHECKING:
     import apsw
 
-__all__ = ["ClusterReads", "ShardSnapshot", "open_reads", "verify_cluster"]
+__all__ = ["ClusterReads", "ShardSnapshot", "open_reads"]
 
 # the tables of every shard a cluster's ``query`` unions, each row with its shard
 _UNIONED = ("thread_nodes", "locations", "cursors")
@@ -268,7 +269,7 @@ class ClusterReads:
                     page = search_table(cur, plan, "summary", sort, need, 0, texts[i])
                 rows: list[dict[str, Any]] = page.to_pylist()
                 if ranked and rows:
-                    scores = _scores(cur, texts[i], plan, [r["message_id"] for r in rows])
+                    scores = bm25_of(cur, texts[i], plan, [r["message_id"] for r in rows])
                     for r in rows:
                         r["_score"] = scores.get(r["message_id"])
                 return rows
@@ -486,48 +487,7 @@ def _log_files(root: Path) -> list[Any]:
     return LogDirectory(root / "log").files()
 
 
-def _scores(
-    con: duckdb.DuckDBPyConnection,
-    text: apsw.Connection | None,
-    plan: queries.SearchPlan,
-    ids: list[str],
-) -> dict[str, float]:
-    """Each of ``ids``' bm25 (summed over the plan's text terms, as the single
-    store ranks them) in this shard's full-text index."""
-    from projections.queries.fulltext import match_ranked
-    from projections.queries.search import RANK_WEIGHTS
-
-    assert text is not None
-    seq_of = {
-        r["seq"]: r["message_id"]
-        for r in rows_where_in(con, "messages", "message_id", ids, "message_id, seq").to_pylist()
-    }
-    scores: dict[str, float] = {}
-    for expression in plan.text.values():
-        for seq, score in match_ranked(text, expression, RANK_WEIGHTS):
-            mid = seq_of.get(seq)
-            if mid is not None:
-                scores[mid] = scores.get(mid, 0.0) + score
-    return scores
-
-
 def open_reads(root: Path) -> ClusterReads:
     """The reads of the cluster at ``root`` (NotFoundError: none there, or a shard
     with events has no snapshot yet)."""
     return ClusterReads(open_catalog(Path(root)))
-
-
-def verify_cluster(root: Path, *, blobs: bool = True) -> tuple[int, list[str]]:
-    """Each shard's ``verify`` (its live store: a verify compares the projections a
-    shard keeps with a fresh replay), each problem prefixed by its shard; returns
-    the events of every shard and the problems."""
-    from pipeline.store import MessageStore
-
-    catalog = open_catalog(Path(root))
-    problems: list[str] = []
-    events = 0
-    for name in catalog.shards:
-        with MessageStore.open(catalog.shard_path(name), create=False, check=False) as store:
-            problems.extend(f"{name}: {p}" for p in store.verify(blobs=blobs))
-            events += store.log.last_seq()
-    return events, problems
