@@ -41,10 +41,26 @@ def cmd_web(args: argparse.Namespace) -> int:
     from pipeline.web import create_app
 
     app = create_app(args.store, token=token, allowed_hosts=allowed_hosts_for(host, port))
-    # uvicorn handles SIGINT and SIGTERM: it stops taking connections, finishes the
-    # requests under way and returns (then the app's lifespan releases the store)
-    uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", server_header=False)
+    _serve(uvicorn.Server(config))
     return EXIT_OK
+
+
+def _serve(server: Any) -> None:
+    """Run the uvicorn ``server`` until SIGINT or SIGTERM. uvicorn takes both while it
+    runs (it stops taking connections, finishes the requests under way, the app's
+    lifespan releases the store), then raises the signal again for the handler that
+    was there before it: that handler is a no-op here, so a stop asked for is a
+    clean end, exit 0 (not a death by SIGTERM, nor an "interrupted" exit)."""
+    import signal
+
+    asked = (signal.SIGINT, signal.SIGTERM)
+    before = {sig: signal.signal(sig, lambda *_: None) for sig in asked}
+    try:
+        server.run()
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def add_web(subs: Any) -> None:
