@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from pipeline.web.escape import content_disposition
+from pipeline.web.escape import content_disposition, segment
 from pipeline.web.reads import Reads, json_bytes, search_plan
 from stores.errors import UsageError
 
@@ -73,7 +73,7 @@ def search(request: Request) -> Response:
 def message(request: Request) -> Response:
     from pipeline.render import message_json
 
-    mid = request.path_params["mid"]
+    mid = segment(request, "mid")
     with _reads(request).session() as store:
         rec = _record(store, mid)
         raw = store.raw(rec["message_id"])
@@ -90,7 +90,7 @@ def _record(store: Any, mid: str) -> dict[str, Any]:
 
 
 def raw(request: Request) -> Response:
-    mid = request.path_params["mid"]
+    mid = segment(request, "mid")
     with _reads(request).session() as store:
         data = store.raw(_record(store, mid)["message_id"])
     disposition = content_disposition(f"{mid}.eml", fallback="message.eml")
@@ -104,7 +104,7 @@ def part(request: Request) -> Response:
     from pipeline.attachments import part_bytes
     from pipeline.render import message_text
 
-    mid, number = request.path_params["mid"], request.path_params["n"]
+    mid, number = segment(request, "mid"), request.path_params["n"]
     with _reads(request).session() as store:
         rec = _record(store, mid)
         data = store.raw(rec["message_id"])
@@ -118,7 +118,7 @@ def part(request: Request) -> Response:
 
 def thread(request: Request) -> Response:
     with _reads(request).session() as store:
-        roots = store.thread_tree(request.path_params["mid"])
+        roots = store.thread_tree(segment(request, "mid"))
     return _json([root.as_dict() for root in roots])
 
 
@@ -134,9 +134,9 @@ def stats(request: Request) -> Response:
 
 
 def cursor_log(request: Request) -> Response:
-    p = request.path_params
+    account, folder = segment(request, "account"), segment(request, "folder")
     with _reads(request).session() as store:
-        return _json(store.cursor_log(p["account"], p["folder"]))
+        return _json(store.cursor_log(account, folder))
 
 
 def events(request: Request) -> Response:
@@ -146,25 +146,28 @@ def events(request: Request) -> Response:
 
     since = int_param(request, "since", 0)
     limit = int_param(request, "limit", EVENTS_LIMIT, most=EVENTS_LIMIT)
-    log = _reads(request).store.log
-    last = min(log.last_seq(fresh=True), since + limit)
+    reads = _reads(request)
     rows: list[dict[str, Any]] = []
-    if last > since:
-        columns = [name for name in SCHEMA.names if name != "seq"]
-        rows = log.read_at(range(since + 1, last + 1), columns).to_pylist()
+    with reads.lock:  # (the log's listing is the store's, shared with the other reads)
+        log = reads.store.log
+        last = min(log.last_seq(fresh=True), since + limit)
+        if last > since:
+            columns = [name for name in SCHEMA.names if name != "seq"]
+            rows = log.read_at(range(since + 1, last + 1), columns).to_pylist()
     return _json({"events": rows, "next": max(since, last)})
 
 
 def api_routes() -> list[Route]:
-    """The routes of ``/api/v1`` (the specific ones first: a Message-ID may hold ``/``)."""
+    """The routes of ``/api/v1``: a Message-ID, an account or a folder is one path
+    segment, percent-encoded (``/`` as ``%2F``: ``escape.id_path``)."""
     base = "/api/v1"
     return [
         Route(f"{base}/search", search),
         Route(f"{base}/stats", stats),
         Route(f"{base}/events", events),
-        Route(f"{base}/cursors/{{account}}/{{folder:path}}/log", cursor_log),
-        Route(f"{base}/messages/{{mid:path}}/raw", raw),
-        Route(f"{base}/messages/{{mid:path}}/parts/{{n:int}}", part),
-        Route(f"{base}/messages/{{mid:path}}", message),
-        Route(f"{base}/threads/{{mid:path}}", thread),
+        Route(f"{base}/cursors/{{account}}/{{folder}}/log", cursor_log),
+        Route(f"{base}/messages/{{mid}}/raw", raw),
+        Route(f"{base}/messages/{{mid}}/parts/{{n:int}}", part),
+        Route(f"{base}/messages/{{mid}}", message),
+        Route(f"{base}/threads/{{mid}}", thread),
     ]

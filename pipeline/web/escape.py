@@ -12,14 +12,15 @@ format character and separator shown visibly as ``terminal_text`` shows it
 
 from __future__ import annotations
 
-from urllib.parse import quote
+from typing import Any
+from urllib.parse import quote, unquote
 
 from markupsafe import Markup, escape
 
 from pipeline.filenames import safe_filename
 from pipeline.terminal import terminal_text
 
-__all__ = ["content_disposition", "id_path", "page_text"]
+__all__ = ["content_disposition", "id_path", "page_text", "routing_path", "segment"]
 
 
 def page_text(text: object, *, newlines: bool = False) -> Markup:
@@ -37,6 +38,24 @@ def id_path(message_id: str) -> str:
     """A Message-ID as one URL path segment: every character but the unreserved
     ones percent-encoded (``/``, ``?``, ``#``, ``..`` cannot leave the segment)."""
     return quote(message_id, safe="@")
+
+
+def routing_path(raw_path: bytes) -> str:
+    """The path a request is routed on, from the bytes it sent: each segment
+    percent-decoded once, except that a ``/`` or ``%`` decoded stays ``%2F`` /
+    ``%25``: a Message-ID holding ``/`` (``a/raw``) stays one segment, never
+    another route (``/m/a/raw``). :func:`segment` decodes a segment's value."""
+    segments = raw_path.decode("latin-1").partition("?")[0].split("/")
+    return "/".join(
+        unquote(s, errors="surrogateescape").replace("%", "%25").replace("/", "%2F")
+        for s in segments
+    )
+
+
+def segment(request: Any, name: str) -> str:
+    """The path parameter ``name`` of ``request`` as the client meant it (a
+    Message-ID, an account, a folder): the value :func:`routing_path` kept."""
+    return unquote(request.path_params[name])
 
 
 def content_disposition(name: str | None, *, fallback: str) -> str:

@@ -15,7 +15,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from pipeline.web.api import choice, int_param
-from pipeline.web.escape import content_disposition, id_path, page_text
+from pipeline.web.escape import content_disposition, id_path, page_text, segment
 from pipeline.web.html_part import FRAME_CSP, html_of, sanitized
 from pipeline.web.reads import Reads, locked_iter, search_plan
 
@@ -129,7 +129,7 @@ def search_error(request: Request, error: str) -> Response:
 def message_page(request: Request) -> Response:
     from pipeline.render import message_text
 
-    mid = request.path_params["mid"]
+    mid = segment(request, "mid")
     with _reads(request).session() as store:
         rec = store.get(mid)
         if rec is None:
@@ -150,7 +150,7 @@ def _missing(mid: str) -> Response:
 def html_frame(request: Request) -> Response:
     """The message's HTML part, sanitized, under its own strict CSP: what the
     message page's sandboxed ``<iframe>`` shows."""
-    mid = request.path_params["mid"]
+    mid = segment(request, "mid")
     with _reads(request).session() as store:
         rec = store.get(mid)
         raw = store.raw(rec["message_id"]) if rec is not None else None
@@ -178,7 +178,7 @@ def _flat(roots: list[Any]) -> list[Any]:
 def thread_page(request: Request) -> Response:
     from stores.errors import NotFoundError
 
-    mid = request.path_params["mid"]
+    mid = segment(request, "mid")
     view = choice(request, "view", ("nested", "flat"))
     try:
         with _reads(request).session() as store:
@@ -203,7 +203,7 @@ def search_mbox(request: Request) -> Response:
 
 
 def thread_mbox(request: Request) -> Response:
-    mid = request.path_params["mid"]
+    mid = segment(request, "mid")
     return _mbox(request, f"thread:{_quoted(mid)}", f"thread-{mid}.mbox")
 
 
@@ -228,10 +228,10 @@ def page_routes() -> list[Route]:
         Route("/search.mbox", search_mbox),
         Route("/search.atom", search_atom),
         Route("/style.css", style),
-        Route("/m/{mid:path}/html", html_frame),
-        Route("/m/{mid:path}", message_page),
-        Route("/t/{mid:path}/mbox", thread_mbox),
-        Route("/t/{mid:path}", thread_page),
+        Route("/m/{mid}/html", html_frame),
+        Route("/m/{mid}", message_page),
+        Route("/t/{mid}/mbox", thread_mbox),
+        Route("/t/{mid}", thread_page),
     ]
 
 

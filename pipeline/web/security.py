@@ -16,12 +16,12 @@ import os
 import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from urllib.parse import unquote
 
 from starlette.datastructures import Headers
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from pipeline.web.escape import routing_path
 from stores.errors import UsageError
 
 __all__ = [
@@ -116,8 +116,8 @@ class Guard:
             await self.app(scope, receive, send)
             return
         raw_path = scope.get("raw_path")
-        if raw_path:  # (the path decoded once, from the bytes sent, whatever the server)
-            scope = {**scope, "path": unquote(raw_path.decode("latin-1").partition("?")[0])}
+        if raw_path:  # (routed on the bytes sent, whatever the server decoded)
+            scope = {**scope, "path": routing_path(raw_path)}
         headers = Headers(scope=scope)
         refusal = self._refusal(scope, headers)
         if refusal is not None:

@@ -27,6 +27,7 @@ from tests.integration.web_mail import (
     RLO,
     ROOT_ID,
     fill,
+    plain,
 )
 
 BASE = "http://127.0.0.1:8025"
@@ -364,3 +365,35 @@ def test_the_command_line_loads_no_web_library(store_path: Path, tmp_path: Path)
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "0 []"
+
+
+def test_a_writer_in_another_process_commits_while_the_app_serves(
+    client: TestClient, store_path: Path, tmp_path: Path
+) -> None:
+    """The projection file is never held between requests: an import in another
+    process commits (and folds) between two requests, and the next one sees it."""
+    assert client.get("/api/v1/search", params={"q": "*", "output": "count"}).json() == 4
+    assert client.get(f"/m/{_p(ROOT_ID)}").status_code == 200
+    mbox = tmp_path / "new.mbox"
+    mbox.write_bytes(b"From ada Mon Jul  1 09:00:00 2024\n" + plain("late@example.org", "later"))
+    done = _run("--store", str(store_path), "import", "mbox", str(mbox), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert client.get("/api/v1/search", params={"q": "*", "output": "count"}).json() == 5
+    assert client.get("/api/v1/messages/late%40example.org").status_code == 200
+
+
+def test_a_message_id_holding_a_slash_is_one_path_segment_never_another_route(
+    store: MessageStore,
+) -> None:
+    store.add(None, plain("a/raw@x", "slashed"))
+    store.add(None, plain("b/html@x", "slashed too"))
+    store.close()
+    with TestClient(create_app(store.root), base_url=BASE) as c:
+        got = c.get(f"/api/v1/messages/{_p('a/raw@x')}")
+        assert got.headers["content-type"] == "application/json"
+        assert got.json()["message_id"] == "a/raw@x"
+        assert c.get(f"/api/v1/messages/{_p('a/raw@x')}/raw").content.startswith(b"From: ada")
+        page = c.get(f"/m/{_p('b/html@x')}")
+        assert page.status_code == 200 and "slashed too" in page.text
+        assert c.get("/api/v1/messages/a/raw@x").status_code == 404  # (a/ + raw@x: no route)
+        assert c.get("/api/v1/cursors/gmail/%5BGmail%5D%2FAll%20Mail/log").json() == []
