@@ -25,6 +25,16 @@ FRAME_CSP = (
     " form-action 'none'; base-uri 'none'; frame-ancestors 'self'; sandbox"
 )
 _LINK_SCHEMES = {"http", "https", "mailto"}
+# the layout of a newsletter: inline styles kept for these properties only (none
+# that can name a URL: no background-image, no list-style-image, no content)
+_STYLE_PROPERTIES = {
+    "background-color", "border", "border-collapse", "border-color", "border-radius",
+    "border-style", "border-width", "color", "display", "font", "font-family", "font-size",
+    "font-style", "font-weight", "height", "line-height", "margin", "margin-bottom",
+    "margin-left", "margin-right", "margin-top", "max-width", "padding", "padding-bottom",
+    "padding-left", "padding-right", "padding-top", "text-align", "text-decoration",
+    "vertical-align", "white-space", "width",
+}  # fmt: skip
 _URL_ATTRIBUTES = {"src", "srcset", "background", "poster", "lowsrc", "dynsrc"}
 
 
@@ -38,10 +48,16 @@ def _keep(tag: str, attribute: str, value: str) -> str | None:
 
 def sanitized(html: str) -> str:
     """``html`` with nothing that runs and nothing that fetches: Ammonia's safe
-    tags and attributes, links given ``rel="noopener noreferrer"``, images kept
-    only as ``data:`` URLs."""
+    tags and attributes, inline styles of layout properties only (none names a
+    URL), links given ``rel="noopener noreferrer"``, images kept only as ``data:``
+    URLs; a script's or a style sheet's text dropped with it."""
+    attributes = {tag: set(names) for tag, names in nh3.ALLOWED_ATTRIBUTES.items()}
+    attributes["*"] = attributes.get("*", set()) | {"style"}
     return nh3.clean(
         html,
+        attributes=attributes,
+        filter_style_properties=_STYLE_PROPERTIES,
+        clean_content_tags={"script", "style"},
         url_schemes=_LINK_SCHEMES | {"data"},
         link_rel="noopener noreferrer",
         attribute_filter=_keep,

@@ -243,6 +243,7 @@ def test_the_html_part_runs_nothing_fetches_nothing_and_has_its_own_csp(
     attrs = [a for _, attrs in parsed.tags for a in attrs]
     assert not [a for a in attrs if a[0].startswith("on") or a[0] == "src"]
     assert "tracker.example" not in got.text and "javascript:" not in got.text
+    assert 'style="color:red"' in got.text  # (layout kept, its remote image not)
 
 
 def test_the_thread_page_shows_the_ghost_as_missing_nested_and_flat(client: TestClient) -> None:

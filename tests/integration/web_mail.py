@@ -22,7 +22,8 @@ def _hostile() -> bytes:
     name = f"{RLO}evil {SCRIPT}"
     filename = f"../../x{BREAKOUT}{RLO}fdp.exe"
     html = (
-        "<p>Hello <b>there</b><script>alert('html')</script>"
+        '<p style="color:red;background-image:url(http://tracker.example/bg)">'
+        "Hello <b>there</b><script>alert('html')</script>"
         '<img src="http://tracker.example/pixel.png" onerror="alert(5)">'
         '<a href="javascript:alert(6)">click</a></p>'
     )
