@@ -10,15 +10,19 @@ dropped by the filter below and refused by the CSP (``img-src data:``) besides.
 
 from __future__ import annotations
 
+import base64
 import email
 import email.policy
+import re
 from email.message import EmailMessage
+from urllib.parse import unquote
 
 import nh3
 
 __all__ = ["FRAME_CSP", "html_of", "sanitized"]
 
-# the HTML part's own policy: inline styles and data: images only; sandboxed even
+# the HTML part's own policy: inline styles and data: images only (a cid: image of
+# the message is made one); sandboxed even
 # when opened on its own (the CSP sandbox directive); framed by our pages only
 FRAME_CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src 'none';"
@@ -66,7 +70,8 @@ def sanitized(html: str) -> str:
 
 
 def html_of(raw: bytes) -> str | None:
-    """The text/html body of the message ``raw``, charset decoded; None without one."""
+    """The text/html body of the message ``raw``, charset decoded, its ``cid:``
+    images (parts of the message itself) made ``data:`` URLs; None without one."""
     msg = email.message_from_bytes(raw, policy=email.policy.default)
     assert isinstance(msg, EmailMessage)
     try:
@@ -80,6 +85,28 @@ def html_of(raw: bytes) -> str | None:
         return None
     charset = part.get_content_charset() or "utf-8"
     try:
-        return payload.decode(charset, "replace")
+        html = payload.decode(charset, "replace")
     except LookupError:
-        return payload.decode("utf-8", "replace")
+        html = payload.decode("utf-8", "replace")
+    images = _inline_images(msg)
+    if not images:
+        return html
+    return _CID.sub(lambda m: images.get(unquote(m.group(1)).strip("<>"), m.group(0)), html)
+
+
+_CID = re.compile(r"cid:([^\s\"'>)]+)", re.IGNORECASE)
+_INLINE_MAX = 2 << 20  # bytes: a larger inline image is not shown (it stays a download)
+
+
+def _inline_images(msg: EmailMessage) -> dict[str, str]:
+    """Content-ID -> ``data:`` URL of each image part of ``msg`` that has one."""
+    found: dict[str, str] = {}
+    for part in msg.walk():
+        cid = str(part.get("Content-ID") or "").strip().strip("<>")
+        if not cid or part.get_content_maintype() != "image":
+            continue
+        data = part.get_payload(decode=True)
+        if isinstance(data, bytes) and len(data) <= _INLINE_MAX:
+            encoded = base64.b64encode(data).decode("ascii")
+            found[cid] = f"data:{part.get_content_type()};base64,{encoded}"
+    return found

@@ -398,3 +398,21 @@ def test_a_message_id_holding_a_slash_is_one_path_segment_never_another_route(
         assert page.status_code == 200 and "slashed too" in page.text
         assert c.get("/api/v1/messages/a/raw@x").status_code == 404  # (a/ + raw@x: no route)
         assert c.get("/api/v1/cursors/gmail/%5BGmail%5D%2FAll%20Mail/log").json() == []
+
+
+def test_an_inline_cid_image_of_the_message_shows_as_data_and_a_remote_one_not(
+    store: MessageStore,
+) -> None:
+    raw = (
+        b"From: a@example.org\nMessage-ID: <cid@example.org>\nMIME-Version: 1.0\n"
+        b'Content-Type: multipart/related; boundary="R"\n\n--R\nContent-Type: text/html\n\n'
+        b'<p><img src="cid:logo@example.org"><img src="https://tracker.example/p.png"></p>\n'
+        b"--R\nContent-Type: image/png\nContent-ID: <logo@example.org>\n"
+        b"Content-Transfer-Encoding: base64\n\niVBORw0KGgo=\n--R--\n"
+    )
+    store.add(None, raw)
+    store.close()
+    with TestClient(create_app(store.root), base_url=BASE) as c:
+        frame = _markup(c.get("/m/cid@example.org/html").text)
+    sources = [dict(attrs).get("src") for tag, attrs in frame.tags if tag == "img"]
+    assert sources == ["data:image/png;base64,iVBORw0KGgo=", None]
