@@ -40,7 +40,8 @@ def cmd_web(args: argparse.Namespace) -> int:
 
     from pipeline.web import create_app
 
-    app = create_app(args.store, token=token, allowed_hosts=allowed_hosts_for(host, port))
+    hosts = [*allowed_hosts_for(host, port), *(name.lower() for name in args.allow_host)]
+    app = create_app(args.store, token=token, allowed_hosts=hosts)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", server_header=False)
     _serve(uvicorn.Server(config))
     return EXIT_OK
@@ -78,6 +79,14 @@ def add_web(subs: Any) -> None:
         metavar="HOST:PORT",
         help="the address to serve on (default 127.0.0.1:8025); any but loopback needs"
         " --token-file",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="a Host header to answer besides the listen address and the loopback names"
+        " (the machine's name or LAN address when listening on 0.0.0.0); repeatable",
     )
     p.add_argument(  # type: ignore[attr-defined]
         "--token-file",

@@ -9,6 +9,8 @@ Without chromium the test is skipped on a developer's machine and FAILS in CI
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import os
 import shutil
 import signal
@@ -55,16 +57,15 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture
-def server(store: MessageStore, tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    fill(store)
-    store.close()
+@contextlib.contextmanager
+def _web(store_root: Path, cwd: Path, *extra: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``mailledger web`` on a free loopback port, ready (its search page answers)."""
     port = _free_port()
     repo = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", "--store", str(store.root), "web",
-         "--listen", f"127.0.0.1:{port}"],
-        cwd=tmp_path,
+        [sys.executable, "-m", "pipeline.cli", "--store", str(store_root), "web",
+         "--listen", f"127.0.0.1:{port}", *extra],
+        cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(repo)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -88,6 +89,14 @@ def server(store: MessageStore, tmp_path: Path) -> Iterator[tuple[str, subproces
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def server(store: MessageStore, tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    fill(store)
+    store.close()
+    with _web(store.root, tmp_path) as running:
+        yield running
 
 
 def test_a_browser_searches_opens_hostile_mail_and_no_script_of_it_runs(
@@ -142,3 +151,26 @@ def test_ctrl_c_ends_mailledger_web_cleanly_exit_0(
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert b"Traceback" not in err and b"interrupted" not in err
+
+
+def test_web_answers_the_hosts_it_was_given_and_refuses_any_other(
+    store: MessageStore, tmp_path: Path
+) -> None:
+    fill(store)
+    store.close()
+    with _web(store.root, tmp_path, "--allow-host", "mail.example") as (base, _proc):
+        port = int(base.rsplit(":", 1)[1])
+
+        def status(host: str) -> int:
+            con = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            try:
+                con.request("GET", "/api/v1/stats", headers={"Host": host})
+                return con.getresponse().status
+            finally:
+                con.close()
+
+        assert status(f"127.0.0.1:{port}") == 200
+        assert status(f"localhost:{port}") == 200
+        assert status(f"mail.example:{port}") == 200
+        assert status(f"evil.example:{port}") == 400
+        assert status(f"127.0.0.1:{port + 1}") == 400
