@@ -416,3 +416,24 @@ def test_an_inline_cid_image_of_the_message_shows_as_data_and_a_remote_one_not(
         frame = _markup(c.get("/m/cid@example.org/html").text)
     sources = [dict(attrs).get("src") for tag, attrs in frame.tags if tag == "img"]
     assert sources == ["data:image/png;base64,iVBORw0KGgo=", None]
+
+
+def test_the_search_page_pages_by_fifty_with_its_filters_kept_in_the_links(
+    store: MessageStore,
+) -> None:
+    from pipeline.web.pages import PAGE_SIZE
+
+    for n in range(PAGE_SIZE + 5):
+        store.add(None, plain(f"m{n}@example.org", f"number {n}", day=1 + n % 28))
+    store.close()
+    with TestClient(create_app(store.root), base_url=BASE) as c:
+        first = _markup(c.get("/search", params={"from": "ada", "sort": "oldest"}).text)
+        hits = [dict(a)["href"] for t, a in first.tags if t == "a" and ("class", "hit") in a]
+        assert len(hits) == PAGE_SIZE
+        [after] = [dict(a)["href"] for t, a in first.tags if t == "a" and ("rel", "next") in a]
+        assert "from=ada" in after and "sort=oldest" in after and f"offset={PAGE_SIZE}" in after
+        second = _markup(c.get(after).text)
+        rest = [dict(a)["href"] for t, a in second.tags if t == "a" and ("class", "hit") in a]
+        assert len(rest) == 5 and not set(rest) & set(hits)
+        assert [a for t, a in second.tags if t == "a" and ("rel", "prev") in a]
+        assert not [a for t, a in second.tags if t == "a" and ("rel", "next") in a]
