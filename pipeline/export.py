@@ -32,7 +32,7 @@ from projections.queries import SearchPlan
 from stores.atomic import fsync_dir
 from stores.errors import MailledgerError, UsageError
 
-__all__ = ["ExportFormat", "ExportReport", "check_dest", "export", "mbox_quote"]
+__all__ = ["ExportFormat", "ExportReport", "check_dest", "export", "mbox_quote", "mbox_stream"]
 
 ExportFormat = Literal["mbox", "maildir"]
 
@@ -219,17 +219,34 @@ def _end_last_message(fh: IO[bytes]) -> None:
     fh.write(b"\n" if tail.endswith(b"\n") else b"\n\n")
 
 
+def _mbox_entry(sender: str | None, epoch: int | None, raw: bytes) -> tuple[bytes, bool]:
+    """One message as an mbox holds it (From line, quoted body, the blank line that
+    ends it), and whether a newline had to be added to its end."""
+    no_eol = bool(raw) and not raw.endswith(b"\n")
+    entry = _from_line(sender, epoch, no_eol=no_eol) + mbox_quote(raw)
+    return entry + (b"\n\n" if no_eol else b"\n"), no_eol
+
+
 def _write_mbox(bodies: Iterator[_Body], fh: IO[bytes], report: ExportReport) -> None:
     for _seq, _mid, _sha, sender, epoch, raw, _flags in bodies:
-        no_eol = bool(raw) and not raw.endswith(b"\n")
-        fh.write(_from_line(sender, epoch, no_eol=no_eol))
-        fh.write(mbox_quote(raw))
-        if no_eol:
-            fh.write(b"\n")
-            report.newline_added += 1
-        fh.write(b"\n")  # the blank line that ends a message in an mbox
+        entry, no_eol = _mbox_entry(sender, epoch, raw)
+        fh.write(entry)
+        report.newline_added += no_eol
         report.messages += 1
         report.bytes += len(raw)
+
+
+def mbox_stream(
+    store: MessageStore, plan: SearchPlan, *, one_per_id: bool = False
+) -> Iterator[bytes]:
+    """The mbox ``export`` writes for ``plan``, byte for byte, a message at a time
+    (a download: the matches read a page at a time, one body in memory). A body
+    that does not read back is left out, as ``export`` leaves it (and names it)."""
+    report = ExportReport(format="mbox", dest="-")
+    for _seq, _mid, _sha, sender, epoch, raw, _flags in _bodies(
+        store, plan, _PAGE, report, NO_PROGRESS, variants=not one_per_id
+    ):
+        yield _mbox_entry(sender, epoch, raw)[0]
 
 
 def _export_maildir(bodies: Iterator[_Body], dest: Path, report: ExportReport) -> None:

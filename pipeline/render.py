@@ -17,11 +17,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from email.message import EmailMessage, Message
 from html.parser import HTMLParser
+from typing import Any
 
 from pipeline.terminal import terminal_text
 from projections.fulltext.attachments import is_attachment, is_inline_text, is_signature
 
-__all__ = ["Attachment", "MessageText", "html_to_text", "message_text", "render_text"]
+__all__ = [
+    "Attachment",
+    "MessageText",
+    "html_to_text",
+    "message_json",
+    "message_text",
+    "render_text",
+]
 
 # the headers ``show`` prints, in this order (each occurrence: To may repeat)
 SHOWN_HEADERS = ("From", "To", "Cc", "Date", "Subject", "Message-ID")
@@ -159,6 +167,21 @@ def message_text(raw: bytes) -> MessageText:
     body_type = body_part.get_content_type() if body_part is not None else "text/plain"
     text = "\n\n".join([*texts, *inline])
     return MessageText(text.replace("\r\n", "\n"), body_type, tuple(attachments))
+
+
+def message_json(rec: dict[str, Any], raw: bytes) -> dict[str, Any]:
+    """A message as ``show --json`` (and the web API) gives it: its primary record
+    ``rec`` (changed in place) with its headers as name/value objects, the body
+    text, its type and the attachments with their part numbers."""
+    text = message_text(raw)
+    rec["headers"] = [{"name": n, "value": v} for n, v in rec["headers"]]
+    rec["body"] = text.body
+    rec["body_type"] = text.body_type or None
+    rec["attachments"] = [
+        {"filename": a.filename, "content_type": a.content_type, "size": a.size, "part": a.part}
+        for a in text.attachments
+    ]
+    return rec
 
 
 def _text_of(part: Message) -> str:

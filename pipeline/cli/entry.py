@@ -20,6 +20,7 @@ from pipeline.cli import (
     reading,
     searching,
     syncing,
+    web,
 )
 from pipeline.cli.common import resolve_store
 from pipeline.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
@@ -47,6 +48,7 @@ _COMMANDS = (
     syncing.add_sync,
     dispatching.add_dispatch,
     reading.add_cursor,
+    web.add_web,
     clustering.add_cluster,
     docs.add_completion,
     docs.add_man,

@@ -94,22 +94,8 @@ def _not_found(missing: list[str]) -> int:
     return EXIT_ERROR if missing else EXIT_OK
 
 
-def _show_json(rec: dict[str, Any], raw: bytes) -> dict[str, Any]:
-    from pipeline.render import message_text
-
-    text = message_text(raw)
-    rec["headers"] = [{"name": n, "value": v} for n, v in rec["headers"]]
-    rec["body"] = text.body
-    rec["body_type"] = text.body_type or None
-    rec["attachments"] = [
-        {"filename": a.filename, "content_type": a.content_type, "size": a.size, "part": a.part}
-        for a in text.attachments
-    ]
-    return rec
-
-
 def cmd_show(args: argparse.Namespace) -> int:
-    from pipeline.render import render_text
+    from pipeline.render import message_json, render_text
 
     refs = message_refs(args.ids)
     one = len(refs) == 1 and refs[0][0] == "id"
@@ -140,7 +126,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         _save_attachments(args, records, raws)
         return _not_found(missing)
     if args.json:
-        shown = [_show_json(rec, raw) for rec, raw in zip(records, raws, strict=True)]
+        shown = [message_json(rec, raw) for rec, raw in zip(records, raws, strict=True)]
         output.print_json(shown[0] if one and shown else shown)
         return _not_found(missing)
     for i, (rec, raw) in enumerate(zip(records, raws, strict=True)):

@@ -227,6 +227,10 @@ COMMANDS: dict[str, Callable[[Hostile], list[Row]]] = {
         (("cluster", "status", S(h.tmp / f"c{CLEAR}")), 0, "shard-001"),
         (("cluster", "status", S(h.tmp / f"none{TITLE}")), 1, "none␛]0;owned␇"),
     ],
+    "web": lambda h: [
+        (("web", "--listen", f"evil{CLEAR}.example:8025"), 2, "--token-file"),
+        (("web", "--listen", f"127.0.0.1:x{TITLE}"), 2, "HOST:PORT"),
+    ],
     "completion": lambda h: [(("completion", "bash"), 0, None)],
     "man": lambda h: [(("man",), 0, None)],
 }
