@@ -229,6 +229,16 @@ def probes(sample: Sample) -> list[Probe]:
         Probe("folder: prefix", "folder:lists*", 'folder:"/^\\.lists/"', "maildir:/.lists*"),
         Probe("account:", "account:import*", None, None),
         Probe("is:vanished", "is:vanished", None, None),
+        # Maildir flags, as notmuch's maildir.synchronize_flags makes them tags
+        Probe("is: unread", "is:unread", "tag:unread", "flag:unread"),
+        Probe("is: replied", "is:replied", "tag:replied", "flag:replied"),
+        Probe("flag: flagged (mu's spelling)", "flag:flagged", "tag:flagged", "flag:flagged"),
+        Probe(
+            "is: seen and not flagged",
+            "is:seen -is:flagged",
+            "not tag:unread and not tag:flagged",
+            "not flag:unread and not flag:flagged",
+        ),
         Probe(
             "AND",
             "subject:release AND from:example.org",
@@ -315,7 +325,8 @@ class Notmuch:
         (self.home / "config").write_text(
             f"[database]\npath={self.db}\nmail_root={self.maildir}\n\n"
             "[new]\ntags=\nignore=.complete\n\n[search]\nexclude_tags=\n\n"
-            "[maildir]\nsynchronize_flags=false\n\n[index]\nheader.List=List-Id\n\n"
+            # (the Maildir flags as tags: is:unread, is:replied, flag:flagged compare)
+            "[maildir]\nsynchronize_flags=true\n\n[index]\nheader.List=List-Id\n\n"
             "[user]\nname=Bench\nprimary_email=bench@example.invalid\n"
         )
 

@@ -88,9 +88,10 @@ def _messages(
     return list(records.values()), missing
 
 
-def _not_found(missing: list[str]) -> int:
+def _not_found(missing: list[str], args: argparse.Namespace) -> int:
+    where = "cluster" if getattr(args, "cluster", None) is not None else "store"
     for mid in missing:
-        output.echo(f"mailledger: no message {mid!r} in the store", file=sys.stderr)
+        output.echo(f"mailledger: no message {mid!r} in the {where}", file=sys.stderr)
     return EXIT_ERROR if missing else EXIT_OK
 
 
@@ -121,20 +122,20 @@ def cmd_show(args: argparse.Namespace) -> int:
 
             mid = records[0]["message_id"]
             output.write_bytes(part_bytes(raws[0], args.part, message_id=mid))
-        return _not_found(missing)
+        return _not_found(missing, args)
     if args.save_attachments is not None:
         _save_attachments(args, records, raws)
-        return _not_found(missing)
+        return _not_found(missing, args)
     if args.json:
         shown = [message_json(rec, raw) for rec, raw in zip(records, raws, strict=True)]
         output.print_json(shown[0] if one and shown else shown)
-        return _not_found(missing)
+        return _not_found(missing, args)
     for i, (rec, raw) in enumerate(zip(records, raws, strict=True)):
         if len(records) > 1:  # (as head and tail name each file of several)
             output.echo(("\n" if i else "") + f"==> <{rec['message_id']}> <==", newlines=True)
         text = render_text(rec["headers"], raw).removesuffix("\n")
         output.echo(text, newlines=True, tabs=True)
-    return _not_found(missing)
+    return _not_found(missing, args)
 
 
 def _save_attachments(
@@ -200,7 +201,7 @@ def cmd_thread(args: argparse.Namespace) -> int:
             if i:
                 output.echo()
             print_tree(roots)
-    return _not_found(missing)
+    return _not_found(missing, args)
 
 
 def cmd_query(args: argparse.Namespace) -> int:
