@@ -98,6 +98,27 @@ def build_parser(env: Mapping[str, str]) -> Parser:
     return parser
 
 
+def _one_shard_is_a_store(args: argparse.Namespace) -> None:
+    """``--cluster DIR``: refused for a command that cannot run over a cluster yet.
+    A cluster of one shard is read and synced as the store it is (issue 34: one
+    shard costs nothing): no snapshot, no Dask, the plain commands' fast paths;
+    its sync still puts the config's new accounts in the catalog
+    (``args.one_shard_cluster``). A sync given ``--scheduler`` or
+    ``--local-workers`` runs as a cluster's does."""
+    if args.command not in _CLUSTER_COMMANDS:
+        raise UsageError(f"{args.command}: not supported with --cluster yet")
+    if args.command == "cluster" or (
+        args.command == "sync" and (args.scheduler is not None or args.local_workers is not None)
+    ):
+        return
+    from pipeline.cluster.catalog import open_catalog
+
+    catalog = open_catalog(args.cluster)
+    if len(catalog.shards) == 1:
+        args.one_shard_cluster = args.cluster
+        args.store, args.cluster = catalog.shard_path(catalog.shards[0]), None
+
+
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     env = os.environ if env is None else env
@@ -111,8 +132,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         parser = build_parser(env)
         words = sys.argv[1:] if argv is None else argv
         args = parser.parse_args(query_words_last(words, parser, parser.query_commands))
-        if args.cluster is not None and args.command not in _CLUSTER_COMMANDS:
-            raise UsageError(f"{args.command}: not supported with --cluster yet")
+        if args.cluster is not None:
+            _one_shard_is_a_store(args)
         if args.command in _RUNS:
             held.enter_context(held_code())
         args.parser = parser  # (completion and man describe it)

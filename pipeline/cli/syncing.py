@@ -157,6 +157,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
     if args.cluster is not None:
         return _cluster_sync(args, config, opts, emit, only, metrics_file)
+    root = getattr(args, "one_shard_cluster", None)  # (its shard is synced as a store)
+    if root is not None:
+        _catalog_learns(root, config, emit)
     code = EXIT_OK
     first = True
     while True:
@@ -186,6 +189,16 @@ def cmd_sync(args: argparse.Namespace) -> int:
         if stop.is_set():
             break
     return code
+
+
+def _catalog_learns(root: Path, config: Config, emit: Callable[..., None]) -> None:
+    """The accounts of ``config`` a one-shard cluster's catalog has not seen, added."""
+    from pipeline.cluster.catalog import init_cluster, open_catalog
+
+    if set(config.accounts) - set(open_catalog(root).accounts):
+        catalog, added = init_cluster(root, None, config.accounts)
+        for account in added:
+            emit(f"cluster: new account {account} -> {catalog.shard_of(account)}")
 
 
 def _cluster_sync(

@@ -128,8 +128,11 @@ def test_each_task_commits_under_its_accounts_writer_epoch(
     config, env = accounts
     root = tmp_path / "cluster"
     assert _ml(env, "cluster", "init", str(root), "--shards", "1").returncode == 0
-    for _ in range(2):
-        done = _ml(env, "--cluster", str(root), "sync", "--config", str(config), "--apply")
+    for _ in range(2):  # (--local-workers 0: the tasks in this process, no Dask)
+        done = _ml(
+            env, "--cluster", str(root), "sync", "--config", str(config), "--apply",
+            "--local-workers", "0",
+        )  # fmt: skip
         assert done.returncode == 0, done.stderr
     shard = open_catalog(root).shard_path("shard-000")
     with MessageStore.open(shard, create=False, clock=StepClock()) as store:
@@ -138,3 +141,23 @@ def test_each_task_commits_under_its_accounts_writer_epoch(
         for account in ("a-gmail", "b-fastmail", "c-plain", "d-gmail-again"):
             taken = fence.current(account)
             assert taken.epoch == 2 and f"of {account}" in taken.holder
+
+
+def test_a_one_shard_cluster_is_synced_and_read_as_the_store_it_is(
+    accounts: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """One shard costs nothing: its sync is a plain sync of the shard (no Dask, no
+    epochs, the idle fast path), its reads the store's own (no snapshot)."""
+    config, env = accounts
+    root = tmp_path / "cluster"
+    assert _ml(env, "cluster", "init", str(root), "--shards", "1").returncode == 0
+    done = _ml(env, "--cluster", str(root), "sync", "--config", str(config), "--apply")
+    assert done.returncode == 0, done.stderr
+    assert "new account a-gmail -> shard-000" in done.stdout
+    shard = open_catalog(root).shard_path("shard-000")
+    assert not (shard / "snapshots").exists() and not (shard / "fence" / "epochs").exists()
+    assert len(open_catalog(root).accounts) == 4
+    count = _ml(env, "--cluster", str(root), "search", "*", "--output=count")
+    assert count.returncode == 0 and count.stdout.strip() == "90", count.stderr
+    idle = _ml(env, "--cluster", str(root), "sync", "--config", str(config), "--apply")
+    assert idle.returncode == 0 and "new=0" in idle.stdout
