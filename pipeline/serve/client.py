@@ -57,7 +57,10 @@ def main() -> int:
         return code
     from pipeline.cli.entry import main as run_here
 
-    return run_here(argv)
+    try:
+        return run_here(argv)
+    except KeyboardInterrupt:  # (a Ctrl-C DuckDB took for its query, raised again on the
+        return _EXIT_INTERRUPTED  # way out: the command has said "interrupted" already)
 
 
 def _scan(argv: Sequence[str]) -> tuple[str | None, dict[str, str], bool]:
@@ -198,6 +201,11 @@ def _run(sock: socket.socket, argv: Sequence[str], env: Mapping[str, str]) -> in
         if "fallback" in reply:
             return None
         code = int(reply.get("exit", _EXIT_ERROR))
+        if reply.get("killed"):  # cancelled, and its worker did not end on SIGINT
+            from pipeline.cli.output import echo
+
+            echo("mailledger: interrupted", file=sys.stderr)
+            return _EXIT_INTERRUPTED
         if code < 0:  # (the worker died of a signal)
             import signal
 

@@ -45,7 +45,7 @@ __all__ = ["Server", "ServerRunning", "log_path"]
 log = logging.getLogger("mailledger-serve")  # (not under "mailledger": a command's logging)
 
 _MESSAGE_TIMEOUT = 5.0  # seconds a client may take to finish a message it began
-_KILL_AFTER = 10.0  # seconds a cancelled command has to end before SIGKILL
+_KILL_AFTER = 3.0  # seconds a cancelled command has to end before SIGKILL
 
 
 class ServerRunning(MailledgerError):
@@ -110,6 +110,7 @@ class Server:
     _last: float = field(default_factory=time.monotonic)
     _stop: asyncio.Event | None = None
     _spare: tuple[int, socket.socket] | None = None
+    _commands: int = 0
 
     def describe(self) -> dict[str, Any]:
         """pid, version, store, socket, log and start time (``serve status``)."""
@@ -121,7 +122,8 @@ class Server:
             "log": str(self.log_file),
             "started": self.started,
             "uptime": round(time.time() - self.started, 3),
-            "requests": len(self._active),
+            "running": len(self._active),
+            "commands": self._commands,
         }
 
     def run(self, ready: Callable[[Server], None]) -> None:
@@ -282,12 +284,14 @@ class Server:
         answer its exit code."""
         loop = asyncio.get_running_loop()
         pid = self._hand_over(request, fds)
+        self._commands += 1
         loop.call_soon(self._keep_spare)  # (the next command's, while this one runs)
         log.info("pid %d: %s", pid, " ".join(request["argv"])[:200])
         done: asyncio.Future[int] = loop.create_future()
         self._active[pid] = done
         pidfd = os.pidfd_open(pid)
         kill: asyncio.TimerHandle | None = None
+        killed = False
 
         def ended() -> None:
             loop.remove_reader(pidfd)
@@ -303,9 +307,21 @@ class Server:
             with contextlib.suppress(OSError, protocol.ProtocolError):
                 protocol.recv_msg(conn)
             log.info("pid %d: cancelled", pid)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGINT)
-            kill = loop.call_later(_KILL_AFTER, _kill, pid)
+            interrupt(_KILL_AFTER)
+
+        def interrupt(left: float) -> None:
+            # SIGINT once a second, as a person would press Ctrl-C again (one that
+            # lands while DuckDB opens a file is taken by it and lost), then SIGKILL
+            nonlocal kill, killed
+            if done.done():
+                return
+            if left <= 0:
+                log.warning("pid %d: still running, killed", pid)
+                killed = True
+                _kill(pid, signal.SIGKILL)
+                return
+            _kill(pid, signal.SIGINT)
+            kill = loop.call_later(1.0, interrupt, left - 1.0)
 
         loop.add_reader(pidfd, ended)
         loop.add_reader(conn.fileno(), cancel)
@@ -321,6 +337,8 @@ class Server:
         log.info("pid %d: exit %d", pid, code)
         if code == FALLBACK:
             return {"fallback": "another store"}
+        if killed:  # (cancelled: the client says so, as the command would have)
+            return {"exit": 130, "killed": True}
         return {"exit": code}
 
 

@@ -218,6 +218,10 @@ COMMANDS: dict[str, Callable[[Hostile], list[Row]]] = {
         (("cluster", "status", S(h.tmp / f"c{CLEAR}")), 0, "shard-001"),
         (("cluster", "status", S(h.tmp / f"none{TITLE}")), 1, "none␛]0;owned␇"),
     ],
+    "serve": lambda h: [
+        (("serve", "status"), 1, None),  # (no server: says so, names the store)
+        (("serve", "stop"), 0, None),
+    ],
     "completion": lambda h: [(("completion", "bash"), 0, None)],
     "man": lambda h: [(("man",), 0, None)],
 }
