@@ -37,6 +37,7 @@ __all__ = [
     "fresh_instances",
     "parse_size",
     "release",
+    "start_instance",
 ]  # fmt: skip
 
 # A sync run from cron should stay small: DuckDB would otherwise size its buffer
@@ -147,6 +148,14 @@ def _the_host() -> _Host:
             _host = _Host()
             _hosts.clear()
         return _host
+
+
+def start_instance() -> None:
+    """Start this process's DuckDB instance now, before any file is held: a served
+    store's spare worker pays the 20-60 ms while it waits for a command, not after
+    the command came. (A process that forks must not call it: an instance does not
+    survive a fork.)"""
+    _the_host()
 
 
 @contextlib.contextmanager

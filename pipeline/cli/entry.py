@@ -8,7 +8,7 @@ import contextlib
 import os
 import sys
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pipeline.bootstrap import App
 from pipeline.cli import (
@@ -19,6 +19,7 @@ from pipeline.cli import (
     output,
     reading,
     searching,
+    serving,
     syncing,
     web,
 )
@@ -50,14 +51,17 @@ _COMMANDS = (
     reading.add_cursor,
     web.add_web,
     clustering.add_cluster,
+    serving.add_serve,
     docs.add_completion,
     docs.add_man,
 )
 
 # the commands that write a store: each holds the code it started with (held_code), so
 # an upgrade under it (`pip install -U` during a cron sync) cannot mix two versions
-_RUNS = frozenset({"sync", "import", "replay", "compact", "dispatch", "delete"})
-# the commands that read a cluster as one store (``--cluster DIR``)
+# (`serve` too: the commands it forks run the code it started with)
+_RUNS = frozenset({"sync", "import", "replay", "compact", "dispatch", "delete", "serve"})
+# what cannot run beside the readers of a store's server
+_NOT_BESIDE_A_SERVER = frozenset({"replay"})
 # what --cluster DIR runs over a cluster: its reads, its sync (and cluster itself,
 # which names its DIR)
 _CLUSTER_COMMANDS = frozenset(
@@ -119,8 +123,15 @@ def _one_shard_is_a_store(args: argparse.Namespace) -> None:
         args.store, args.cluster = catalog.shard_path(catalog.shards[0]), None
 
 
-def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
+def main(
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    before: Callable[[argparse.Namespace], None] | None = None,
+) -> int:
+    """Run the command line; returns the exit code. ``before``: called with the parsed
+    arguments before the command runs (``mailledger serve`` checks that a forwarded
+    command is for its store)."""
     env = os.environ if env is None else env
     # What a command creates in a store (the DuckDB file and its WAL included) is
     # the owner's alone: 0700 directories, 0600 files. Restored on return (the
@@ -143,6 +154,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         logs = LogSetup(args.log_level)  # the verbosity contract: pipeline/verbosity.py
         if args.opens_store:
             resolve_store(args)  # (sync and dispatch read the whole config file)
+            if args.command in _NOT_BESIDE_A_SERVER:
+                serving.refuse_when_served(args)
+        if before is not None:
+            before(args)
         code = int(args.fn(args))
         sys.stdout.flush()  # (here, where a reader gone is caught, not at exit)
         return code
@@ -179,6 +194,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     except Exception as exc:
         import duckdb
 
+        if isinstance(exc, duckdb.InterruptException) or str(exc) == "Query interrupted":
+            # Ctrl-C during a query: DuckDB took the signal and raised its own error
+            output.echo("mailledger: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
         if not isinstance(exc, duckdb.Error):
             raise
         # the projection database failed (a full disk, say); the log is not affected

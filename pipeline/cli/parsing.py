@@ -98,6 +98,12 @@ def global_options(parser: argparse.ArgumentParser, *, after_command: bool) -> N
         " the config's [store] memory, else a quarter of the machine, at most 1 GiB);"
         " past it they spill to disk",
     )
+    g.add_argument(
+        "--no-serve",
+        action="store_true",
+        default=default(False),
+        help="run the command in this process even when `mailledger serve` holds the store",
+    )
     v = g.add_mutually_exclusive_group()
     for flags, level, what in (
         (("-v", "--verbose"), logging.INFO, "say more on stderr (each step, each file skipped)"),

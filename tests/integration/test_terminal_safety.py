@@ -231,6 +231,10 @@ COMMANDS: dict[str, Callable[[Hostile], list[Row]]] = {
         (("web", "--listen", f"evil{CLEAR}.example:8025"), 2, "--token-file"),
         (("web", "--listen", f"127.0.0.1:x{TITLE}"), 2, "HOST:PORT"),
     ],
+    "serve": lambda h: [
+        (("serve", "status"), 1, None),  # (no server: says so, names the store)
+        (("serve", "stop"), 0, None),
+    ],
     "completion": lambda h: [(("completion", "bash"), 0, None)],
     "man": lambda h: [(("man",), 0, None)],
 }

@@ -1,0 +1,156 @@
+"""``mailledger serve [status|stop]``: a long-running process that owns a store and
+answers the command line over a local socket (``pipeline.serve``), and the
+refusal of a ``replay`` while one does."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pipeline.cli import output
+from pipeline.cli.exits import EXIT_ERROR, EXIT_OK
+from pipeline.cli.parsing import add_command
+from pipeline.cli.syncing import interval
+from pipeline.serve import protocol
+from stores.errors import MailledgerError
+
+__all__ = ["StoreServed", "add_serve", "refuse_when_served"]
+
+_STOP_WAIT = 120.0  # seconds `serve stop` waits for the commands under way to end
+
+
+class StoreServed(MailledgerError):
+    """The command cannot run beside the store's server (a full replay)."""
+
+
+def refuse_when_served(args: argparse.Namespace) -> None:
+    """Raise ``StoreServed`` when a server holds ``args.store``: a replay rebuilds
+    the projections the server's readers have open."""
+    try:
+        point = protocol.endpoint(args.store, args.env)
+    except OSError:
+        return  # (no usable runtime directory: no server can be listening there)
+    pid = protocol.served_by(point)
+    if pid is not None:
+        raise StoreServed(
+            f"store is served by pid {pid}: `mailledger serve stop` first, then {args.command}"
+        )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    point = protocol.endpoint(args.store, args.env)
+    if args.action == "status":
+        return _status(args, point)
+    if args.action == "stop":
+        return _stop(point)
+    return _serve(args, point)
+
+
+def _serve(args: argparse.Namespace, point: protocol.Endpoint) -> int:
+    from pipeline.serve.server import Server, log_path
+    from stores.marker import check_marker
+
+    check_marker(Path(args.store), create=False)  # (a store, or NotFoundError: exit 1)
+    log_file = log_path(args.env, point)
+    log_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    handler = logging.FileHandler(log_file)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(message)s"))
+    serve_log = logging.getLogger("mailledger-serve")
+    serve_log.addHandler(handler)
+    serve_log.setLevel(logging.INFO)
+    serve_log.propagate = False
+
+    def ready(server: Server) -> None:
+        output.echo(
+            f"mailledger: serving {server.point.store} on {server.point.socket}"
+            f" (pid {server.describe()['pid']}, log {server.log_file})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        Server(point, log_file, idle_exit=args.idle_exit).run(ready)
+    finally:
+        serve_log.removeHandler(handler)
+        handler.close()
+    return EXIT_OK
+
+
+def _ask(point: protocol.Endpoint, request: dict[str, Any]) -> dict[str, Any] | None:
+    """The server's answer to ``request``, or None when no server answers."""
+    from pipeline.serve.client import connect
+
+    sock = connect(point)
+    if sock is None:
+        return None
+    with sock:
+        try:
+            protocol.send_msg(sock, request)
+            reply, _ = protocol.recv_msg(sock)
+        except (OSError, protocol.ProtocolError):
+            return None
+    return reply
+
+
+def _status(args: argparse.Namespace, point: protocol.Endpoint) -> int:
+    info = _ask(point, {"op": "status"})
+    if info is None:
+        output.echo(f"mailledger: no server for {point.store}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        output.print_json(info)
+        return EXIT_OK
+    for key in ("pid", "version", "store", "socket", "log"):
+        output.echo(f"{key}: {info.get(key)}")
+    output.echo(f"uptime: {_duration(float(info.get('uptime', 0)))}")
+    return EXIT_OK
+
+
+def _stop(point: protocol.Endpoint) -> int:
+    reply = _ask(point, {"op": "stop"})
+    if reply is None:
+        output.echo(f"mailledger: no server for {point.store}", file=sys.stderr)
+        return EXIT_OK
+    deadline = time.monotonic() + _STOP_WAIT
+    while protocol.served_by(point) is not None:  # (its lock is released when it exits)
+        if time.monotonic() > deadline:
+            output.echo(f"mailledger: pid {reply.get('pid')} is still stopping", file=sys.stderr)
+            return EXIT_ERROR
+        time.sleep(0.05)
+    output.echo(f"mailledger: stopped the server of {point.store} (pid {reply.get('pid')})")
+    return EXIT_OK
+
+
+def _duration(seconds: float) -> str:
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def add_serve(subs: Any) -> None:
+    p = add_command(
+        subs,
+        "serve",
+        cmd_serve,
+        "own a store in a long-running process that answers the command line (status,"
+        " stop: ask the running one)",
+        "mailledger serve --idle-exit 30m &  mailledger search 'from:ada'  (answered by it)",
+    )
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=("status", "stop"),
+        help="status: pid, version, store, socket, log, uptime; stop: ask it to stop and wait",
+    )
+    p.add_argument(
+        "--idle-exit",
+        type=interval,
+        metavar="DURATION",
+        help="stop after no command for DURATION (30s, 5m, 1h; default: never)",
+    )
+    p.add_argument("--json", action="store_true", help="status as JSON")

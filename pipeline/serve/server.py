@@ -1,0 +1,372 @@
+"""``mailledger serve``: the long-running process that owns a store and answers the
+command line over its socket (``pipeline.serve.protocol``).
+
+The process imports what commands need (the parser, DuckDB, pyarrow, SQLite)
+once, opens nothing, and forks a child per command (``pipeline.serve.worker``):
+the child starts with everything imported, opens the store as the command line
+does, writes to the client's own stdout and stderr, and exits with the command's
+code, which the server sends back. Commands run side by side as separate
+processes do today; the store's fence serializes writers, DuckDB is held
+read-write only for the moment of an apply, so reads keep working while a
+forwarded ``sync`` or ``import`` writes.
+
+Fork, not threads: DuckDB and pyarrow are not safe to fork once they hold
+connections or worker threads, so the parent never opens a store or runs a
+query; it is one thread (pyarrow's allocator starts a background thread at
+import, which jemalloc's fork handlers take care of). The event loop is
+asyncio's, so an HTTP app (uvicorn's ``Server.serve()``) can later run on the
+same loop beside the socket listener; it must then keep the same rule (reads in
+forked workers, nothing opened in the parent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.serve import protocol
+from pipeline.serve.worker import FALLBACK, spare
+from stores.atomic import replace_file
+from stores.errors import MailledgerError
+
+__all__ = ["Server", "ServerRunning", "log_path"]
+
+log = logging.getLogger("mailledger-serve")  # (not under "mailledger": a command's logging)
+
+_MESSAGE_TIMEOUT = 5.0  # seconds a client may take to finish a message it began
+_KILL_AFTER = 3.0  # seconds a cancelled command has to end before SIGKILL
+
+
+class ServerRunning(MailledgerError):
+    """The store already has a live server."""
+
+
+def log_path(env: Mapping[str, str], point: protocol.Endpoint) -> Path:
+    """The server's log: ``$XDG_STATE_HOME/mailledger/serve-<key>.log``."""
+    home = Path(env.get("HOME", "~")).expanduser()
+    base = env.get("XDG_STATE_HOME") or str(home / ".local/state")
+    return Path(base) / "mailledger" / f"serve-{point.key}.log"
+
+
+# what the reading commands import, found by running them (the rest comes on demand)
+_PRELOAD = (
+    "apsw",
+    "duckdb",
+    "email.policy",
+    "pyarrow.compute",
+    "pyarrow.dataset",
+    "pyarrow.parquet",
+    "zoneinfo",
+    "zstandard",
+    "pipeline.cli.entry",
+    "pipeline.config",
+    "pipeline.render",
+    "pipeline.store",
+    "projections.fold",
+    "projections.fulltext",
+    "projections.projector",
+    "projections.queries",
+    "projections.queries.fulltext",
+    "projections.queries.search",
+    "projections.queries.search_sql",
+    "projections.search.language",
+    "projections.search.printing",
+    "projections.fulltext.workers",
+    "stores.blobs",
+    "stores.db",
+    "stores.log",
+)
+
+
+def preload() -> None:
+    """Import what commands spend their start on, once, before any fork."""
+    import importlib
+
+    for name in _PRELOAD:
+        importlib.import_module(name)
+
+
+@dataclass
+class Server:
+    """A store's server: ``run()`` until stopped, idle for ``idle_exit`` seconds, or
+    signalled (SIGTERM, SIGINT)."""
+
+    point: protocol.Endpoint
+    log_file: Path
+    idle_exit: float | None = None
+    started: float = field(default_factory=time.time)
+    _active: dict[int, asyncio.Future[int]] = field(default_factory=dict)
+    _last: float = field(default_factory=time.monotonic)
+    _stop: asyncio.Event | None = None
+    _spare: tuple[int, socket.socket] | None = None
+    _commands: int = 0
+
+    def describe(self) -> dict[str, Any]:
+        """pid, version, store, socket, log and start time (``serve status``)."""
+        return {
+            "pid": os.getpid(),
+            "version": protocol.package_version(),
+            "store": self.point.store,
+            "socket": self.point.socket,
+            "log": str(self.log_file),
+            "started": self.started,
+            "uptime": round(time.time() - self.started, 3),
+            "running": len(self._active),
+            "commands": self._commands,
+        }
+
+    def run(self, ready: Callable[[Server], None]) -> None:
+        """Serve until stopped; ``ready`` is called once the socket listens. Raises
+        ``ServerRunning`` when a live server holds the store already."""
+        for _ in range(40):  # (a client checking for a stale socket holds it a moment)
+            with self.point.lock_held(wait=False) as taken:
+                if taken:
+                    self._serve_locked(ready)
+                    return
+            time.sleep(0.05)
+        info = self.point.read_info() or {}
+        raise ServerRunning(f"{self.point.store} is served already by pid {info.get('pid', '?')}")
+
+    def _serve_locked(self, ready: Callable[[Server], None]) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.point.socket)  # (a dead server's: the lock was free)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(self.point.socket)
+            os.chmod(self.point.socket, 0o600)
+            listener.listen(64)
+            listener.setblocking(False)
+            preload()
+            gc.freeze()  # (the workers share these pages: the collector would copy them all)
+            replace_file(Path(self.point.info), json.dumps(self.describe()).encode(), durable=False)
+            log.info("serving %s on %s (pid %d)", self.point.store, self.point.socket, os.getpid())
+            ready(self)
+            asyncio.run(self._main(listener))
+        finally:
+            listener.close()
+            for path in (self.point.socket, self.point.info):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            log.info("stopped")
+
+    async def _main(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        tasks: set[asyncio.Task[None]] = set()
+
+        def accept() -> None:
+            with contextlib.suppress(BlockingIOError, InterruptedError):
+                conn, _ = listener.accept()
+                task = loop.create_task(self._connection(conn))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+
+        loop.add_reader(listener.fileno(), accept)
+        self._keep_spare()
+        idle = loop.create_task(self._idle_watch()) if self.idle_exit else None
+        await self._stop.wait()
+        loop.remove_reader(listener.fileno())
+        if idle is not None:
+            idle.cancel()
+        if tasks:  # the commands under way end as they would have
+            log.info("stopping: %d command(s) to finish", len(tasks))
+            await asyncio.wait(tasks)
+        self._drop_spare()
+
+    async def _idle_watch(self) -> None:
+        assert self.idle_exit is not None and self._stop is not None
+        while True:
+            await asyncio.sleep(min(1.0, self.idle_exit / 4))
+            if not self._active and time.monotonic() - self._last >= self.idle_exit:
+                log.info("idle for %.0f s: stopping", self.idle_exit)
+                self._stop.set()
+                return
+
+    async def _connection(self, conn: socket.socket) -> None:
+        fds: list[int] = []
+        try:
+            conn.settimeout(_MESSAGE_TIMEOUT)
+            await _readable(conn)
+            hello, _ = protocol.recv_msg(conn)
+            refusal = _refusal(hello)
+            if refusal:
+                log.warning("refused a client: %s", refusal)
+                protocol.send_msg(conn, {"ok": False, "reason": refusal})
+                return
+            protocol.send_msg(conn, {"ok": True, "pid": os.getpid()})
+            await _readable(conn)
+            request, fds = protocol.recv_msg(conn, max_fds=3)
+            op = request.get("op")
+            if op == "status":
+                protocol.send_msg(conn, self.describe())
+            elif op == "stop":
+                log.info("asked to stop")
+                protocol.send_msg(conn, {"ok": True, "pid": os.getpid()})
+                assert self._stop is not None
+                self._stop.set()
+            elif op == "run" and len(fds) == 3:
+                reply = await self._run(conn, request, fds)
+                fds = []
+                with contextlib.suppress(OSError):
+                    protocol.send_msg(conn, reply)
+            else:
+                protocol.send_msg(conn, {"ok": False, "reason": f"unknown request {op!r}"})
+        except (OSError, protocol.ProtocolError, KeyError, TypeError, ValueError) as exc:
+            log.warning("a client's request failed: %s", exc)
+        finally:
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+            self._last = time.monotonic()
+
+    def _fork_spare(self) -> tuple[int, socket.socket]:
+        """A worker forked now, to wait for a command (``worker.spare``)."""
+        for handler in log.handlers:
+            handler.flush()
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            ours.close()
+            for handler in list(log.handlers):
+                log.removeHandler(handler)
+            spare(theirs, Path(self.point.store))
+        theirs.close()
+        return pid, ours
+
+    def _keep_spare(self) -> None:
+        if self._spare is None and self._stop is not None and not self._stop.is_set():
+            self._spare = self._fork_spare()
+
+    def _drop_spare(self) -> None:
+        if self._spare is not None:
+            pid, channel = self._spare
+            self._spare = None
+            channel.close()
+            _kill(pid, signal.SIGTERM)
+            os.waitpid(pid, 0)
+
+    def _hand_over(self, request: Mapping[str, Any], fds: list[int]) -> int:
+        """Give ``request`` and the client's descriptors to a spare worker; its pid."""
+        try:
+            for _ in range(2):  # (a spare that died meanwhile: another, once)
+                pid, channel = self._spare or self._fork_spare()
+                self._spare = None
+                try:
+                    with channel:
+                        protocol.send_msg(channel, request, fds=fds)
+                    return pid
+                except OSError as exc:
+                    log.warning("worker %d would not take the command: %s", pid, exc)
+                    _kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+            raise OSError("no worker would take the command")
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    async def _run(
+        self, conn: socket.socket, request: Mapping[str, Any], fds: list[int]
+    ) -> dict[str, Any]:
+        """Fork the command's child, cancel it when the client asks (or goes), and
+        answer its exit code."""
+        loop = asyncio.get_running_loop()
+        pid = self._hand_over(request, fds)
+        self._commands += 1
+        loop.call_soon(self._keep_spare)  # (the next command's, while this one runs)
+        log.info("pid %d: %s", pid, " ".join(request["argv"])[:200])
+        done: asyncio.Future[int] = loop.create_future()
+        self._active[pid] = done
+        pidfd = os.pidfd_open(pid)
+        kill: asyncio.TimerHandle | None = None
+        killed = False
+
+        def ended() -> None:
+            loop.remove_reader(pidfd)
+            _, status = os.waitpid(pid, 0)
+            if not done.done():
+                done.set_result(os.waitstatus_to_exitcode(status))
+
+        def cancel() -> None:  # the client sent "cancel", or went away
+            nonlocal kill
+            loop.remove_reader(conn.fileno())
+            if done.done():  # (ended already: its pid may be another process's by now)
+                return
+            with contextlib.suppress(OSError, protocol.ProtocolError):
+                protocol.recv_msg(conn)
+            log.info("pid %d: cancelled", pid)
+            interrupt(_KILL_AFTER)
+
+        def interrupt(left: float) -> None:
+            # SIGINT once a second, as a person would press Ctrl-C again (one that
+            # lands while DuckDB opens a file is taken by it and lost), then SIGKILL
+            nonlocal kill, killed
+            if done.done():
+                return
+            if left <= 0:
+                log.warning("pid %d: still running, killed", pid)
+                killed = True
+                _kill(pid, signal.SIGKILL)
+                return
+            _kill(pid, signal.SIGINT)
+            kill = loop.call_later(1.0, interrupt, left - 1.0)
+
+        loop.add_reader(pidfd, ended)
+        loop.add_reader(conn.fileno(), cancel)
+        try:
+            code = await done
+        finally:
+            with contextlib.suppress(ValueError, OSError):
+                loop.remove_reader(conn.fileno())
+            os.close(pidfd)
+            if kill is not None:
+                kill.cancel()
+            del self._active[pid]
+        log.info("pid %d: exit %d", pid, code)
+        if code == FALLBACK:
+            return {"fallback": "another store"}
+        if killed:  # (cancelled: the client says so, as the command would have)
+            return {"exit": 130, "killed": True}
+        return {"exit": code}
+
+
+def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _refusal(hello: Mapping[str, Any]) -> str | None:
+    """Why a client that said ``hello`` may not talk to this server, or None."""
+    mine = protocol.hello()
+    for key in ("op", "protocol", "version", "store_format"):
+        if hello.get(key) != mine[key]:
+            return f"{key} {hello.get(key)!r}, this server's is {mine[key]!r}"
+    return None
+
+
+async def _readable(conn: socket.socket) -> None:
+    """Wait until ``conn`` has something to read (or was closed)."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(conn.fileno(), wake)
+    try:
+        await asyncio.wait_for(ready, _MESSAGE_TIMEOUT * 6)
+    finally:
+        loop.remove_reader(conn.fileno())

@@ -1,0 +1,155 @@
+"""One forwarded command, in a child the server forked for it: the client's stdin,
+stdout and stderr in place of its own, the client's environment, directory and
+umask, then the same ``pipeline.cli.main`` as the command line runs in-process.
+
+A process per command (forked from a server that imported the heavy libraries
+but opened nothing) keeps commands apart as the command line always has: each
+its own ``sys.stdout``, its own DuckDB connection, its own run id and logging,
+and a Ctrl-C (SIGINT to the child) interrupts exactly one command.
+
+The server forks the child *before* the command comes (a spare, :func:`spare`):
+it starts its DuckDB instance and builds the parser while it waits, 30-80 ms a
+command would otherwise spend first, and holds no file of the store meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from pipeline.serve import protocol
+
+__all__ = ["FALLBACK", "run_forwarded", "spare"]
+
+FALLBACK = 254
+"""The child's exit status for "not this server's command" (another store): the
+client runs it in-process. No command exits with it (its codes are 0-3 and 130)."""
+
+
+def spare(channel: socket.socket, store: Path) -> NoReturn:
+    """A spare worker: warm up, then run the one command the server sends on
+    ``channel`` (exit quietly when the server closes it instead)."""
+    os.setsid()  # (a Ctrl-C on the server's terminal is the server's: it lets commands end)
+    signal.set_wakeup_fd(-1)  # (the server's event loop's, not ours)
+    signal.signal(signal.SIGINT, _early_interrupt)  # (a command cancelled before it began)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    keep = channel.fileno()
+    os.closerange(3, keep)  # nothing of the server's: its listener, other clients'
+    os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+    try:
+        from pipeline.cli.entry import build_parser
+        from stores.db import start_instance
+
+        start_instance()
+        build_parser({})  # (argparse's and gettext's first-use costs)
+        request, fds = protocol.recv_msg(channel, max_fds=3)
+    except protocol.ProtocolError:  # (the server closed the channel: no command)
+        os._exit(0)
+    except BaseException:  # (on the server's stderr: a bug)
+        traceback.print_exc()
+        os._exit(1)
+    channel.close()
+    run_forwarded(request, fds, store)
+
+
+_interrupted: list[bool] = []
+
+
+def _early_interrupt(*_: object) -> None:
+    _interrupted.append(True)
+
+
+def run_forwarded(request: Mapping[str, Any], fds: Sequence[int], store: Path) -> NoReturn:
+    """Run ``request`` (a ``run`` message) in this forked child and exit with its code."""
+    code = 1
+    try:
+        _adopt(request, fds)
+        if _interrupted:  # (cancelled while this worker warmed up)
+            raise KeyboardInterrupt
+        code = _run(request, store)
+    except KeyboardInterrupt:
+        from pipeline.cli.exits import EXIT_INTERRUPTED
+        from pipeline.cli.output import echo
+
+        echo("mailledger: interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
+    except SystemExit as exc:  # (argparse's --help and --version end so)
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    except BaseException:  # a bug: its traceback on the client's stderr, as in-process
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):
+                stream.flush()
+    os._exit(code)
+
+
+def _adopt(request: Mapping[str, Any], fds: Sequence[int]) -> None:
+    """Become the client's process as far as a command can tell."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # (as Python sets it)
+    for target, fd in enumerate(fds[:3]):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    time.tzset()
+    os.chdir(request["cwd"])
+    os.umask(int(request["umask"]))
+    stdio = request.get("stdio") or {}
+    sys.stdin = _stream(0, "r", stdio.get("stdin"))
+    sys.stdout = _stream(1, "w", stdio.get("stdout"))
+    sys.stderr = _stream(2, "w", stdio.get("stderr"))
+
+
+def _stream(fd: int, mode: str, how: Mapping[str, Any] | None) -> Any:
+    """A text stream over ``fd`` made as the client's Python made its own
+    (encoding, errors, line buffering: the client sends them)."""
+    how = how or {}
+    return io.TextIOWrapper(
+        open(fd, mode + "b", buffering=-1, closefd=False),
+        encoding=how.get("encoding") or "utf-8",
+        errors=how.get("errors") or "strict",
+        line_buffering=bool(how.get("line_buffering")),
+        write_through=mode == "w" and fd == 2,
+    )
+
+
+class _OtherStore(Exception):
+    """The forwarded command opens another store than the server's."""
+
+
+def _run(request: Mapping[str, Any], store: Path) -> int:
+    from pipeline.cli.entry import main
+
+    def mine(args: argparse.Namespace) -> None:
+        if os.path.realpath(_store_of(args)) != str(store):
+            raise _OtherStore
+
+    try:
+        return main(list(request["argv"]), os.environ, before=mine)
+    except _OtherStore:
+        return FALLBACK
+
+
+def _store_of(args: argparse.Namespace) -> Path:
+    """The store the command opens (settled on a copy: sync and dispatch settle
+    their own from the whole config file)."""
+    from pipeline.cli.common import resolve_store
+
+    if args.opens_store:
+        return Path(args.store)
+    copy = argparse.Namespace(**vars(args))
+    resolve_store(copy)
+    return Path(copy.store)
