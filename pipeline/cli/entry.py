@@ -17,6 +17,7 @@ from pipeline.cli import (
     dispatching,
     docs,
     output,
+    publishing,
     reading,
     searching,
     syncing,
@@ -48,6 +49,7 @@ _COMMANDS = (
     dispatching.add_dispatch,
     reading.add_cursor,
     clustering.add_cluster,
+    publishing.add_publish,
     docs.add_completion,
     docs.add_man,
 )
