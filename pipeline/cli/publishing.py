@@ -59,6 +59,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         output.echo(
             f"{s.shard}: seq {s.before} -> {s.after}, {s.rows} rows in {s.commits} commits"
             + (f" ({s.retries} retried)" if s.retries else "")
+            + (f"; {s.purged} rows rewritten after a purge" if s.purged else "")
         )
     if report.maintenance:
         m = report.maintenance

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,8 @@ CHUNK_ROWS = 50_000
 RETENTION_HOURS = 168
 """``--optimize``'s vacuum keeps files removed less than this long ago (Delta's 7 days)."""
 LOCK_NAME = "_mailledger-publish.lock"
+_PURGE_JOURNAL = "purge-journal.json"  # (stores.purge: present while a purge runs)
+_SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _ATTEMPTS = 6
 _BACKOFF_S = 0.2
 
@@ -75,6 +78,8 @@ class ShardPublished:
     rows: int
     commits: int
     retries: int
+    purged: int = 0
+    """Published rows rewritten because a purge erased their headers in the log."""
 
 
 @dataclass
@@ -139,6 +144,9 @@ def publish_delta(
     write = writer or _write_chunk
     from deltalake.exceptions import DeltaError
 
+    for shard, _ in shards:  # (a partition's directory name, and a literal in a merge)
+        if not _SHARD_NAME.fullmatch(shard):
+            raise UsageError(f"shard name {shard}: letters, digits, '.', '_' and '-' only")
     _is_table(uri)  # (a path delta-rs refuses: before anything is created)
     with _publisher_lock(dest):
         _check_table(uri)
@@ -170,6 +178,11 @@ def _publish_shard(
     log_root = store / "log"
     if not log_root.is_dir():
         raise UsageError(f"{store}: not a mailledger store (no log/)")
+    if (store / _PURGE_JOURNAL).exists():
+        raise PublishError(
+            f"{store}: a purge is running or was interrupted; `mailledger compact --purge`"
+            " finishes it, then publish"
+        )
     end = _last_seq(log_root)  # (events committed after this are for the next publish)
     before = published = _transaction_version(uri, app_id(shard))
     if published > end:
@@ -177,6 +190,7 @@ def _publish_shard(
             f"{uri}: holds shard {shard} up to seq {published}, but its store {store}"
             f" ends at seq {end}: a different store published under that name?"
         )
+    purged = _republish_purged(uri, shard, log_root, published, end) if published else 0
     rows = commits = retries = 0
     for chunk in _chunks(log_root, published, end, chunk_rows):
         landed, tried = _commit(uri, shard, chunk, write)
@@ -187,7 +201,7 @@ def _publish_shard(
         published = int(chunk.column("seq")[-1].as_py())
         if progress is not None:
             progress(shard, published)
-    return ShardPublished(shard, before, published, rows, commits, retries)
+    return ShardPublished(shard, before, published, rows, commits, retries, purged)
 
 
 def _commit(uri: str, shard: str, chunk: pa.Table, write: Writer) -> tuple[int | None, int]:
@@ -231,6 +245,65 @@ def _write_chunk(uri: str, rows: pa.Table, app: str, version: int) -> None:
         schema_mode="merge",  # (a later schema version adds columns; none are changed)
         commit_properties=CommitProperties(app_transactions=[Transaction(app, version)]),
     )
+
+
+# -- a purge in the log: the published rows follow it --------------------------
+
+
+def _republish_purged(uri: str, shard: str, log_root: Path, published: int, end: int) -> int:
+    """Rewrite the published rows of messages a purge erased since the last publish;
+    returns how many.
+
+    A purge first appends a ``message-deleted`` by ``mailledger-purge`` for each
+    pseudonym, then rewrites every earlier event of that message (headers gone, the
+    Message-ID the pseudonym). Those markers among the events not yet published say a
+    purge happened; the rows the table holds (seq <= ``published``) under those
+    pseudonyms in the log are replaced by the log's rows in one Delta ``merge``
+    (one commit), before the markers are published: a publisher killed in between
+    finds the markers again next time, and a second merge changes nothing.
+    The files that held the erased rows stay on disk, out of the table's current
+    version, until ``--optimize`` vacuums them past ``--retention-hours``."""
+    from stores.log import EventLog
+    from stores.purge import PSEUDONYM, PURGE_ACTOR
+
+    pc = arrow.compute()
+    log = EventLog(log_root, durable=False)
+    new = log.read(after=published, columns=["seq", "type", "actor", "message_id"])
+    new = new.filter(pc.less_equal(new.column("seq"), end))
+    marks = new.filter(
+        pc.and_(
+            pc.equal(new.column("type"), "message-deleted"),
+            pc.equal(new.column("actor"), PURGE_ACTOR),
+        )
+    )
+    pseudonyms = [m for m in marks.column("message_id").to_pylist() if m and PSEUDONYM.match(m)]
+    if not pseudonyms:
+        return 0
+    ids = log.read(columns=["seq", "message_id"])  # (two columns of the whole log, once)
+    hit = ids.filter(
+        pc.and_(
+            pc.is_in(ids.column("message_id"), pa.array(pseudonyms, pa.string())),
+            pc.less_equal(ids.column("seq"), published),
+        )
+    )
+    seqs = hit.column("seq").to_pylist()
+    if not seqs:
+        return 0
+    rows = log.read_at(seqs, [n for n in SCHEMA.names if n != "seq"])
+    rows = rows.select(SCHEMA.names).replace_schema_metadata(None).cast(SCHEMA.remove_metadata())
+    _merge_rows(uri, _with_shard(rows, shard), shard)
+    return len(seqs)
+
+
+def _merge_rows(uri: str, rows: pa.Table, shard: str) -> None:
+    from deltalake import DeltaTable
+
+    DeltaTable(uri).merge(
+        rows,
+        predicate=f"t.shard = '{shard}' AND t.shard = s.shard AND t.seq = s.seq",
+        source_alias="s",
+        target_alias="t",
+    ).when_matched_update_all().execute()
 
 
 # -- reading a shard's log in bounded chunks --------------------------------------

@@ -50,7 +50,15 @@ def test_publish_appends_every_event_once_and_later_only_the_new_ones(
     report = json.loads(out)
     assert report["rows"] == 450
     assert report["shards"] == [
-        {"shard": "store", "before": 0, "after": 450, "rows": 450, "commits": 5, "retries": 0}
+        {
+            "shard": "store",
+            "before": 0,
+            "after": 450,
+            "rows": 450,
+            "commits": 5,
+            "retries": 0,
+            "purged": 0,
+        }
     ]
     assert problems(dest, [("store", store)]) == []
     assert DeltaTable(str(dest)).transaction_version(app_id("store")) == 450
@@ -197,6 +205,55 @@ def test_optimize_compacts_checkpoints_and_vacuums_keeping_each_shards_position(
     append_events(shards[1][1], 20, tag="later")
     assert publish_delta(shards, dest).rows == 20  # (positions survive the compaction)
     assert problems(dest, shards) == []
+
+
+def test_a_purge_reaches_the_published_rows_and_a_vacuum_their_old_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, dest = tmp_path / "store", tmp_path / "table"
+    maildir = str(REPO / "fixtures/maildir")
+    assert _cli(capsys, "--store", str(store), "import", "maildir", maildir)[0] == 0
+    assert _cli(capsys, "--store", str(store), "publish", "delta", str(dest))[0] == 0
+    subject = "a date nobody can read"
+    assert subject in published_rows(dest)["store"].column("subject").to_pylist()
+    assert _cli(capsys, "--store", str(store), "delete", "<undated-1@example.com>")[0] == 0
+    assert _cli(capsys, "--store", str(store), "compact", "--purge")[0] == 0
+    code, out, err = _cli(capsys, "--store", str(store), "publish", "delta", str(dest), "--json")
+    assert code == 0, err
+    [part] = json.loads(out)["shards"]
+    assert part["purged"] == 1 and part["rows"] == 2  # (the delete and the purge's marker)
+    assert problems(dest, [("store", store)]) == []  # (every column as the purged log has it)
+    rows = published_rows(dest)["store"]
+    assert subject not in rows.column("subject").to_pylist()
+    assert "<undated-1@example.com>" not in str(rows.column("message_id").to_pylist())
+    # again: the purge is already in the table, nothing rewritten
+    code, out, _ = _cli(capsys, "--store", str(store), "publish", "delta", str(dest), "--json")
+    assert code == 0 and json.loads(out)["shards"][0]["purged"] == 0
+    # the files that held the erased rows stay on disk until vacuumed past the retention
+
+    def on_disk() -> str:
+        import pyarrow.parquet as pq
+
+        files = sorted(dest.glob("shard=*/*.parquet"))
+        return " ".join(str(pq.read_table(f).column("subject").to_pylist()) for f in files)
+
+    assert subject in on_disk()
+    argv = ["publish", "delta", str(dest), "--optimize", "--retention-hours", "0"]
+    assert _cli(capsys, "--store", str(store), *argv)[0] == 0
+    assert subject not in on_disk()
+    assert problems(dest, [("store", store)]) == []
+
+
+def test_publish_waits_for_an_interrupted_purge_to_be_finished(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, dest = tmp_path / "store", tmp_path / "table"
+    append_events(store, 20)
+    (store / "purge-journal.json").write_text("{}")  # (what a killed purge leaves)
+    code, _, err = _cli(capsys, "--store", str(store), "publish", "delta", str(dest))
+    assert code == 1 and "compact --purge` finishes it" in err
+    (store / "purge-journal.json").unlink()
+    assert _cli(capsys, "--store", str(store), "publish", "delta", str(dest))[0] == 0
 
 
 def test_a_directory_that_is_not_our_table_and_a_stranger_store_are_refused(

@@ -219,9 +219,14 @@ COMMANDS: dict[str, Callable[[Hostile], list[Row]]] = {
         (("cluster", "status", S(h.tmp / f"none{TITLE}")), 1, "none␛]0;owned␇"),
     ],
     "publish": lambda h: [
-        (("publish", "delta", S(h.tmp / "t"), "--shard", f"s{TITLE}"), 0, "s␛]0;owned␇: seq 0"),
+        (("publish", "delta", S(h.tmp / "t")), 0, "store: seq 0 -> "),
         (("publish", "delta", S(h.tmp / f"t{CLEAR}")), 2, "t␛[2J: not a path delta-rs can use"),
-        (("publish", "delta", S(h.tmp / "t"), "--shard", f"s{TITLE}", "--json"), 0, None),
+        (
+            ("publish", "delta", S(h.tmp / "t"), "--shard", f"s{TITLE}"),
+            2,
+            "name s␛]0;owned␇: letters",
+        ),
+        (("publish", "delta", S(h.tmp / "t"), "--json"), 0, None),
     ],
     "completion": lambda h: [(("completion", "bash"), 0, None)],
     "man": lambda h: [(("man",), 0, None)],
