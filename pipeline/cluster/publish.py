@@ -130,8 +130,8 @@ def publish_delta(
 ) -> PublishReport:
     """Append each shard's events past its last published seq to the Delta table
     at ``dest`` (created if absent); with ``optimize``, then compact its small
-    files, write a checkpoint and vacuum files removed more than
-    ``retention_hours`` ago. ``shards``: (name, store directory) pairs.
+    files, vacuum files removed more than ``retention_hours`` ago and write a
+    checkpoint. ``shards``: (name, store directory) pairs.
     ``writer``: how a chunk is committed (the default: ``write_deltalake``).
     ``progress(shard, last seq published)`` after each commit."""
     require_deltalake()
@@ -149,9 +149,9 @@ def publish_delta(
             raise UsageError(f"shard name {shard}: letters, digits, '.', '_' and '-' only")
     _is_table(uri)  # (a path delta-rs refuses: before anything is created)
     with _publisher_lock(dest):
-        _check_table(uri)
         report = PublishReport(uri, -1)
         try:
+            _check_table(uri)
             for shard, store in shards:
                 report.shards.append(
                     _publish_shard(uri, shard, Path(store), chunk_rows, write, progress)
@@ -159,8 +159,8 @@ def publish_delta(
             if optimize:
                 report.maintenance = _maintain(uri, retention_hours)
             report.version = _version(uri)
-        except DeltaError as exc:  # (reading the table back, or its maintenance)
-            raise PublishError(f"{uri}: {exc}") from exc
+        except DeltaError as exc:  # (opening or reading the table back, or its upkeep)
+            raise PublishError(f"{uri}: {_said(exc)}") from exc
     return report
 
 
@@ -218,15 +218,20 @@ def _commit(uri: str, shard: str, chunk: pa.Table, write: Writer) -> tuple[int |
         try:
             write(uri, _with_shard(chunk, shard), app, last)
             return chunk.num_rows, attempt
-        except Exception as exc:  # delta-rs raises its own errors, OSError, or a panic
+        except Exception as exc:  # delta-rs's own errors (a commit conflict...), OSError
             error = exc
             time.sleep(_BACKOFF_S * 2**attempt)
     if _transaction_version(uri, app) >= last:
         return chunk.num_rows, _ATTEMPTS
     raise PublishError(
         f"{uri}: shard {shard}: the chunk up to seq {last} was not committed after"
-        f" {_ATTEMPTS} attempts: {error}"
+        f" {_ATTEMPTS} attempts: {_said(error)}"
     )
+
+
+def _said(exc: BaseException | None) -> str:
+    """An error's first line (delta-rs appends a Rust backtrace to some)."""
+    return str(exc).strip().split("\n", 1)[0]
 
 
 def _with_shard(rows: pa.Table, shard: str) -> pa.Table:
@@ -432,7 +437,7 @@ def _is_table(uri: str) -> bool:
     try:
         return bool(DeltaTable.is_deltatable(uri))
     except DeltaError as exc:  # (delta-rs parses the path as a URL: ESC, say, is refused)
-        raise UsageError(f"{uri}: not a path delta-rs can use: {exc}") from None
+        raise UsageError(f"{uri}: not a path delta-rs can use: {_said(exc)}") from None
 
 
 def _transaction_version(uri: str, app: str) -> int:

@@ -283,6 +283,19 @@ def test_a_directory_that_is_not_our_table_and_a_stranger_store_are_refused(
     assert problems(dest, [("store", store)]) == []
 
 
+def test_a_damaged_table_is_an_error_naming_it_without_a_backtrace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, dest = tmp_path / "store", tmp_path / "table"
+    append_events(store, 20)
+    assert _cli(capsys, "--store", str(store), "publish", "delta", str(dest))[0] == 0
+    (dest / "_delta_log" / f"{1:020d}.json").write_text("{garbage\n")
+    code, _, err = _cli(capsys, "--store", str(store), "publish", "delta", str(dest))
+    assert code == 1 and err.startswith(f"mailledger: error: {dest}: ")
+    assert "Json error" in err and len(err.splitlines()) == 1
+    assert (dest / "_delta_log" / f"{1:020d}.json").read_text() == "{garbage\n"
+
+
 def test_a_second_publisher_to_the_same_table_is_refused_while_one_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
