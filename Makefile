@@ -10,7 +10,7 @@ $(BIN)/mailledger: pyproject.toml
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "python3 -m venv is missing: apt-get install -y python3-venv" >&2; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,cluster]'
+	$(BIN)/pip install -q -e '.[dev]'
 	@touch $@
 
 venv: $(BIN)/mailledger
