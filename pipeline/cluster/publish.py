@@ -48,6 +48,7 @@ __all__ = [
     "publish_delta",
     "require_deltalake",
     "table_schema",
+    "write_chunk",
 ]
 
 CHUNK_ROWS = 50_000
@@ -141,7 +142,7 @@ def publish_delta(
         raise UsageError(f"--retention-hours {retention_hours}: not negative")
     dest = Path(dest)
     uri = str(dest.resolve())
-    write = writer or _write_chunk
+    write = writer or write_chunk
     from deltalake.exceptions import DeltaError
 
     for shard, _ in shards:  # (a partition's directory name, and a literal in a merge)
@@ -239,7 +240,9 @@ def _with_shard(rows: pa.Table, shard: str) -> pa.Table:
     return rows.append_column(pa.field("shard", pa.string(), False), column)
 
 
-def _write_chunk(uri: str, rows: pa.Table, app: str, version: int) -> None:
+def write_chunk(uri: str, rows: pa.Table, app: str, version: int) -> None:
+    """The default ``Writer``: ``rows`` appended as one Delta commit that carries the
+    application transaction ``(app, version)``."""
     from deltalake import CommitProperties, Transaction, write_deltalake
 
     write_deltalake(
@@ -314,8 +317,21 @@ def _merge_rows(uri: str, rows: pa.Table, shard: str) -> None:
 # -- reading a shard's log in bounded chunks --------------------------------------
 
 
+def _listing(log_root: Path) -> list[LogFile]:
+    """The log's files, listed again for a moment while a compaction renames files
+    (a listing taken then may show a gap); a gap that stays is damage."""
+    for attempt in range(50):
+        try:
+            return LogDirectory(log_root).files(fresh=True)
+        except LogIntegrityError:
+            if attempt == 49:
+                raise
+            time.sleep(0.01)
+    raise AssertionError("unreachable")
+
+
 def _last_seq(log_root: Path) -> int:
-    files = LogDirectory(log_root).files(fresh=True)
+    files = _listing(log_root)
     return files[-1].last if files else 0
 
 
@@ -331,7 +347,7 @@ def _chunks(log_root: Path, after: int, end: int, chunk_rows: int) -> Iterator[p
     position = after
     while position < end:
         try:
-            for f in LogDirectory(log_root).files(fresh=True):
+            for f in _listing(log_root):
                 if f.last <= position:
                     continue
                 if f.first > end:

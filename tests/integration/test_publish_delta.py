@@ -145,7 +145,7 @@ def test_a_lost_response_is_found_committed_and_never_written_twice(tmp_path: Pa
     lost: list[int] = []
 
     def write_then_lose_the_answer(uri: str, rows: pa.Table, app: str, version: int) -> None:
-        publish._write_chunk(uri, rows, app, version)
+        publish.write_chunk(uri, rows, app, version)
         if version % 200 == 0:
             lost.append(version)
             raise OSError("connection reset by peer (after the commit)")
@@ -155,6 +155,28 @@ def test_a_lost_response_is_found_committed_and_never_written_twice(tmp_path: Pa
     )
     assert lost == [200, 400]
     assert report.shards[0].retries == 2 and report.shards[0].rows == 500
+    assert problems(dest, [("store", store)]) == []
+
+
+def test_a_log_compacted_under_a_publish_loses_and_doubles_nothing(tmp_path: Path) -> None:
+    """``compact`` merges the files the publisher listed and removes them while it
+    reads: it lists again from the last seq it read."""
+    from pipeline.cluster import publish
+    from stores.log import EventLog
+
+    store, dest = tmp_path / "store", tmp_path / "table"
+    append_events(store, 600, batch=40)
+    log = EventLog(store / "log", durable=False)
+    merged: list[tuple[int, int]] = []
+
+    def write_then_compact(uri: str, rows: pa.Table, app: str, version: int) -> None:
+        publish.write_chunk(uri, rows, app, version)
+        if not merged:
+            merged.append(log.compact(target_rows=10_000))
+
+    report = publish_delta([("store", store)], dest, chunk_rows=50, writer=write_then_compact)
+    assert merged == [(15, 1)] and len(list((store / "log").glob("*.parquet"))) == 1
+    assert report.rows == 600 and report.shards[0].commits == 12
     assert problems(dest, [("store", store)]) == []
 
 
@@ -169,7 +191,7 @@ def test_a_commit_that_fails_every_attempt_is_an_error_and_a_rerun_finishes(
             raise OSError("No space left on device")
         from pipeline.cluster import publish
 
-        publish._write_chunk(uri, rows, app, version)
+        publish.write_chunk(uri, rows, app, version)
 
     from pipeline.cluster.publish import PublishError
 
