@@ -78,7 +78,7 @@ def _lose_one_answer(nth: int, lost: list[int]) -> Any:
     calls = [0]
 
     def write(uri: str, rows: Any, app: str, version: int) -> None:
-        publish._write_chunk(uri, rows, app, version)
+        publish.write_chunk(uri, rows, app, version)
         calls[0] += 1
         if calls[0] == nth:
             lost.append(version)
