@@ -17,6 +17,7 @@ from pipeline.cli import (
     dispatching,
     docs,
     output,
+    publishing,
     reading,
     searching,
     serving,
@@ -52,6 +53,7 @@ _COMMANDS = (
     web.add_web,
     clustering.add_cluster,
     serving.add_serve,
+    publishing.add_publish,
     docs.add_completion,
     docs.add_man,
 )
@@ -65,7 +67,7 @@ _NOT_BESIDE_A_SERVER = frozenset({"replay"})
 # what --cluster DIR runs over a cluster: its reads, its sync (and cluster itself,
 # which names its DIR)
 _CLUSTER_COMMANDS = frozenset(
-    {"search", "thread", "show", "query", "stats", "verify", "sync", "cluster"}
+    {"search", "thread", "show", "query", "stats", "verify", "sync", "cluster", "publish"}
 )
 
 
@@ -111,7 +113,7 @@ def _one_shard_is_a_store(args: argparse.Namespace) -> None:
     ``--local-workers`` runs as a cluster's does."""
     if args.command not in _CLUSTER_COMMANDS:
         raise UsageError(f"{args.command}: not supported with --cluster yet")
-    if args.command == "cluster" or (
+    if args.command in ("cluster", "publish") or (
         args.command == "sync" and (args.scheduler is not None or args.local_workers is not None)
     ):
         return

@@ -235,6 +235,16 @@ COMMANDS: dict[str, Callable[[Hostile], list[Row]]] = {
         (("serve", "status"), 1, None),  # (no server: says so, names the store)
         (("serve", "stop"), 0, None),
     ],
+    "publish": lambda h: [
+        (("publish", "delta", S(h.tmp / "t")), 0, "store: seq 0 -> "),
+        (("publish", "delta", S(h.tmp / f"t{CLEAR}")), 2, "t␛[2J: not a path delta-rs can use"),
+        (
+            ("publish", "delta", S(h.tmp / "t"), "--shard", f"s{TITLE}"),
+            2,
+            "name s␛]0;owned␇: letters",
+        ),
+        (("publish", "delta", S(h.tmp / "t"), "--json"), 0, None),
+    ],
     "completion": lambda h: [(("completion", "bash"), 0, None)],
     "man": lambda h: [(("man",), 0, None)],
 }
