@@ -27,6 +27,7 @@ runs the gate's 100 kills and 20 pauses.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -82,6 +83,12 @@ def _mail(account: str, i: int) -> bytes:
         f"Subject: trial mail {i}\r\nMessage-ID: <{account}-{i}@fencing.example>\r\n\r\n"
         f"body {i}\r\n"
     ).encode()
+
+
+def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+    """``sig`` to the task's process group (a task that ended meanwhile: nothing)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
 
 
 def _last_seq(shard: Path) -> int:
@@ -143,7 +150,7 @@ class _Campaign:
         try:
             return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _signal(proc, signal.SIGKILL)
             return proc.wait()
 
     def _epoch_taken(self, account: str, tag: str, proc: subprocess.Popen[bytes]) -> None:
@@ -178,14 +185,14 @@ class _Campaign:
         if hit.poll() is None:
             self.faults += 1
         if pause:
-            os.killpg(hit.pid, signal.SIGSTOP)
+            _signal(hit, signal.SIGSTOP)
             second = self._run(victim, f"{tag}-again")  # the lease expired: a new attempt
             self._finish(second)
-            os.killpg(hit.pid, signal.SIGCONT)
+            _signal(hit, signal.SIGCONT)
             if self._finish(hit) == 3:
                 self.refusals += 1
         else:
-            os.killpg(hit.pid, signal.SIGKILL)
+            _signal(hit, signal.SIGKILL)
             hit.wait()
             self._finish(self._run(victim, f"{tag}-retry"))  # Dask's retry
         for a, proc in procs.items():
