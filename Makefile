@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STORE  ?= $(or $(MAILLEDGER_STORE),$(CURDIR)/demo-store)
 
-.PHONY: venv demo test fuzz replay bench bench-scale delta-spike delta-chaos delta-checks lint torture interop man clean
+.PHONY: venv demo test fuzz replay bench bench-scale delta-spike delta-chaos delta-checks fencing-chaos scale-sim bench-cluster bench-cluster-reads lint torture interop man clean
 
 $(BIN)/mailledger: pyproject.toml
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "python3 -m venv is missing: apt-get install -y python3-venv" >&2; exit 2; }
@@ -124,6 +124,12 @@ scale-sim: venv
 # on one shard, and a one-shard cluster's sync against a plain store's, paired.
 bench-cluster: venv
 	$(BIN)/python -m bench.cluster_bench $(CLUSTER_BENCH_ARGS)
+
+# Issue 34, gate 4 (bench/cluster_reads.py): query and search across 16 shards against
+# one store of the same 10,000 messages, in-process p95 (built once under bench-data/),
+# and the snapshot lag. CLUSTER_READS_ARGS="--messages 100000" for a larger one.
+bench-cluster-reads: venv
+	$(BIN)/python -m bench.cluster_reads $(CLUSTER_READS_ARGS)
 
 # The core sync scenarios (first, idle, new mail, move, UIDVALIDITY change, expunge,
 # read-only) against Cyrus IMAP 3.6 and Courier-IMAP 5.0 from Debian 12, unpacked with
