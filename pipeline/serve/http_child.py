@@ -11,6 +11,7 @@ store's socket (``{"op": "sync"}``), and the server of its sync child."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import time
@@ -34,6 +35,7 @@ def http_child(
     point: protocol.Endpoint,
     activity: int,
     *,
+    csrf_secret: bytes,
     sync: bool,
 ) -> Child:
     """The supervised child serving the web app on ``sock``: a request writes a byte
@@ -47,6 +49,8 @@ def http_child(
             store,
             token=listen.token,
             allowed_hosts=listen.hosts,
+            sync_now=functools.partial(ask_sync, point) if sync else None,
+            csrf_secret=csrf_secret,
         )
         run_app(_Activity(app, activity), listen, sockets=[sock])
         return 0

@@ -119,6 +119,7 @@ class Server:
     _spare: tuple[int, socket.socket] | None = None
     _commands: int = 0
     _http: Child | None = None
+    _csrf_secret: bytes = field(default_factory=lambda: os.urandom(32))  # (over restarts)
 
     def describe(self) -> dict[str, Any]:
         """pid, version, store, socket, log and start time (``serve status``)."""
@@ -211,6 +212,7 @@ class Server:
                 Path(self.point.store),
                 self.point,
                 tell,
+                csrf_secret=self._csrf_secret,
                 sync=self.sync is not None,
             )
             children.append(self._http)

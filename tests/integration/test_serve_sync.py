@@ -5,8 +5,12 @@ a forwarded ``search`` with no ``sync`` run by hand."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_serve import Place, Server, make_place, ml
-from tests.integration.test_serve_http import alive, parent_of, wait_until
+from tests.integration.test_serve_http import WebServer, alive, get, parent_of, wait_until
 
 
 def deliver(user: Any, *numbers: int) -> None:
@@ -100,3 +104,41 @@ def test_serve_sync_with_a_bad_config_is_a_usage_error_before_it_serves(tmp_path
     done = ml(place, "serve", "--sync", "--config", str(bad))
     assert done.returncode == 2 and str(bad) in done.stderr.decode()
     assert ml(place, "serve", "status").returncode == 1
+
+
+def test_sync_now_over_http_runs_the_sync_at_once_and_only_a_post_with_its_token_does(
+    tmp_path: Path, dovecot: Any, imap_user: Callable[[str], Any]
+) -> None:
+    place = make_place(tmp_path)
+    user = imap_user("fastmail")
+    config = tmp_path / "config.toml"
+    # IDLE watches INBOX: mail put in Archive waits for the interval (an hour), or for
+    # "sync now"
+    config.write_text(dovecot.account_toml("fastmail", folders=["INBOX", "Archive"]))
+    place.env.update(dovecot.password_env())
+    web = WebServer(place, "--sync", "--config", str(config), "--interval", "1h")
+    try:
+        assert wait_until(lambda: web.status()["sync"]["runs"] >= 1), web.log()
+        user.save("Archive", b"From: dan@sync.example\r\nSubject: archived\r\n"
+                  b"Message-ID: <archived@sync.example>\r\n\r\nkept\r\n")  # fmt: skip
+        assert post(web.base, "/api/v1/sync") == 403  # (no CSRF token)
+        status, body = get(web.base, "/api/v1/sync")
+        assert status == 200
+        token = json.loads(body)["csrf"]
+        time.sleep(3)  # (time for a run that should not happen)
+        assert count(place, "id:archived@sync.example") == 0
+        assert web.status()["sync"]["runs"] == 1 and "asked to run now" not in web.log()
+        assert post(web.base, "/api/v1/sync", {"x-csrf-token": token}) == 202
+        assert wait_until(lambda: count(place, "id:archived@sync.example") == 1), web.log()
+        assert "watch: woke up (asked to sync now)" in web.log()
+    finally:
+        web.stop()
+
+
+def post(base: str, path: str, headers: dict[str, str] | None = None) -> int:
+    request = urllib.request.Request(base + path, data=b"", headers=headers or {}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
