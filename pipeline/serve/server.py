@@ -14,9 +14,9 @@ Fork, not threads: DuckDB and pyarrow are not safe to fork once they hold
 connections or worker threads, so the parent never opens a store or runs a
 query; it is one thread (pyarrow's allocator starts a background thread at
 import, which jemalloc's fork handlers take care of). The event loop is
-asyncio's, so an HTTP app (uvicorn's ``Server.serve()``) can later run on the
-same loop beside the socket listener; it must then keep the same rule (reads in
-forked workers, nothing opened in the parent).
+asyncio's. For the same reason the web app (``--listen``) and the sync
+(``--sync``) run in long-lived children it supervises (``pipeline.serve.children``),
+never on its own loop.
 """
 
 from __future__ import annotations
