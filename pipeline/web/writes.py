@@ -73,7 +73,9 @@ def _cross_site(request: Request) -> bool:
     if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
         return True
     origin = request.headers.get("origin")
-    if origin is None:
+    if origin is None or origin == "null":
+        # (``null``: what a browser sends from a page under ``Referrer-Policy:
+        # no-referrer``, as ours are; Sec-Fetch-Site and the token still decide)
         return False
     host = request.headers.get("host", "")
     return origin.lower() not in (f"http://{host}".lower(), f"https://{host}".lower())
