@@ -45,11 +45,13 @@ def fork_child(target: Callable[[], int], keep: Sequence[int], output: int) -> i
         handler.flush()
     sys.stdout.flush()
     sys.stderr.flush()
+    server = os.getpid()
     pid = os.fork()
     if pid:
         return pid
     code = 1
     try:
+        _die_with(server)
         os.setsid()
         signal.set_wakeup_fd(-1)  # (the server's event loop's, not ours)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
@@ -73,6 +75,18 @@ def fork_child(target: Callable[[], int], keep: Sequence[int], output: int) -> i
             with contextlib.suppress(BaseException):
                 stream.flush()
         os._exit(code)
+
+
+def _die_with(server: int) -> None:
+    """SIGTERM to this child when the server dies, even by SIGKILL (Linux's
+    ``PR_SET_PDEATHSIG``): an orphaned web child would hold the address and an
+    orphaned sync would run on, unsupervised, beside the next server's."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != server:  # (it died before the line above)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _text(fd: int) -> io.TextIOWrapper:

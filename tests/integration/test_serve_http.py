@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_serve import Place, Server, make_place, ml
+from tests.integration.test_serve import MAILLEDGER, Place, Server, make_place, ml
 
 
 def free_port() -> int:
@@ -180,3 +181,31 @@ def test_http_requests_keep_an_idle_exit_server_alive_then_it_stops(place: Place
         assert not alive(child)
     finally:
         web.stop()
+
+
+def test_a_server_killed_with_sigkill_takes_its_web_child_with_it(place: Place) -> None:
+    web = WebServer(place)
+    try:
+        child = web.status()["http"]["pid"]
+        port = web.port
+        os.kill(web.proc.pid, signal.SIGKILL)
+        assert web.proc.wait(timeout=30) == -signal.SIGKILL
+        assert wait_until(lambda: not alive(child)), "the web child outlived its server"
+    finally:
+        web.stop()
+    again = subprocess.Popen(
+        [*MAILLEDGER, "--store", str(place.store), "serve", "--listen", f"127.0.0.1:{port}"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=place.tmp,
+        env=place.env,
+    )  # (the address is free again: a new server takes it)
+    try:
+        assert again.stderr is not None
+        assert "serving" in again.stderr.readline().decode()
+        assert wait_until(lambda: answers(f"http://127.0.0.1:{port}"))
+    finally:
+        again.terminate()
+        assert again.wait(timeout=60) == 0
+        again.stderr.close()  # type: ignore[union-attr]
