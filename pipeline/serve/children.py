@@ -38,7 +38,8 @@ def fork_child(target: Callable[[], int], keep: Sequence[int], output: int) -> i
     """Fork a child that runs ``target`` and exits with its code; its pid.
 
     The child is a session of its own (a Ctrl-C on the server's terminal is the
-    server's to pass on), takes SIGINT and SIGTERM as a fresh process does, keeps
+    server's to pass on), takes SIGINT and SIGTERM as a fresh process does (and
+    ignores SIGUSR1 until it takes it: ``sync --watch``), keeps
     no descriptor of the server's but ``keep``, and prints to ``output`` (stdout
     and stderr both)."""
     for handler in log.handlers:
@@ -54,9 +55,11 @@ def fork_child(target: Callable[[], int], keep: Sequence[int], output: int) -> i
         _die_with(server)
         os.setsid()
         signal.set_wakeup_fd(-1)  # (the server's event loop's, not ours)
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        # ("sync now" to a sync child still starting: not its death; sync --watch
+        # takes SIGUSR1 once it runs)
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         os.dup2(output, 1)
         os.dup2(output, 2)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
