@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STORE  ?= $(or $(MAILLEDGER_STORE),$(CURDIR)/demo-store)
 
-.PHONY: venv demo test fuzz replay bench bench-scale delta-spike delta-chaos delta-checks fencing-chaos scale-sim bench-cluster bench-cluster-reads lint torture interop man clean
+.PHONY: venv demo test fuzz replay bench bench-scale delta-spike delta-chaos delta-checks fencing-chaos scale-sim bench-cluster bench-cluster-reads lint torture interop man clean screenshots
 
 $(BIN)/mailledger: pyproject.toml
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "python3 -m venv is missing: apt-get install -y python3-venv" >&2; exit 2; }
@@ -33,6 +33,11 @@ fuzz: venv
 	  echo "fuzz: round $$i of $(FUZZ_ROUNDS)"; \
 	  HYPOTHESIS_PROFILE=release $(BIN)/pytest -q -m hypothesis $(FUZZ_ARGS) || exit 1; \
 	done
+
+# docs/web-search.png, web-thread.png, web-message.png: the web pages over a small store,
+# shot by Playwright driving Debian's chromium (scripts/web_screenshots.py). Not in `make test`.
+screenshots: venv
+	$(BIN)/python scripts/web_screenshots.py
 
 replay: venv
 	$(BIN)/mailledger --store $(STORE) replay

@@ -18,6 +18,7 @@ from pipeline.web.api import choice, int_param
 from pipeline.web.escape import content_disposition, id_path, page_text, segment
 from pipeline.web.html_part import FRAME_CSP, html_of, sanitized
 from pipeline.web.reads import Reads, locked_iter, search_plan
+from pipeline.web.writes import csrf_token
 
 __all__ = ["PAGE_SIZE", "compose_query", "page_routes", "render"]
 
@@ -95,6 +96,7 @@ def search_page(request: Request) -> Response:
     values["output"] = out = choice(request, "output", _FORM_OUTPUTS)
     offset = int_param(request, "offset", 0)
     values["offset"] = offset
+    values.update(_sync_values(request))
     if not query:
         return render("search.html", **values, error=None, links={})
     reads = _reads(request)
@@ -119,11 +121,19 @@ def search_error(request: Request, error: str) -> Response:
     """The search page again, the query kept, its mistake and the language's help: 400."""
     form = _form(request)
     values: dict[str, Any] = {"form": form, "query": compose_query(form), "rows": None}
+    values.update(_sync_values(request))
     return render(
         "search.html", 400, **values, help=_HELP, error=error, links={}, sort="newest",
         output="summary",
         offset=0,
     )  # fmt: skip
+
+
+def _sync_values(request: Request) -> dict[str, Any]:
+    """The "sync now" button's CSRF token (None: no button, the app is read-only)
+    and what the last press of it came to (``sync=asked|failed`` in the URL)."""
+    said = request.query_params.get("sync")
+    return {"csrf": csrf_token(request), "sync_said": said if said in ("asked", "failed") else None}
 
 
 def message_page(request: Request) -> Response:
