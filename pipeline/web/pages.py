@@ -7,6 +7,7 @@ mbox) and an Atom feed per search. Every byte of mail goes through the templates
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -14,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from pipeline.web.api import choice, int_param
+from pipeline.web.api import choice, int_param, raw
 from pipeline.web.escape import content_disposition, id_path, page_text, segment
 from pipeline.web.html_part import FRAME_CSP, html_of, sanitized
 from pipeline.web.reads import Reads, locked_iter, search_plan
@@ -198,14 +199,30 @@ def thread_page(request: Request) -> Response:
     return render("thread.html", mid=mid, roots=roots, view=view, flat=_flat(roots))
 
 
-def _mbox(request: Request, query: str, name: str) -> Response:
+def _mbox(request: Request, query: str, name: str, *, gz: bool = False) -> Response:
+    """The messages ``query`` finds as the mbox ``export`` writes, streamed
+    (``gz``: gzip-compressed as it streams, a ``.mbox.gz`` download)."""
     from pipeline.export import mbox_stream
 
     reads = _reads(request)
     plan = search_plan(query, reads.now())
     chunks = locked_iter(reads, mbox_stream(reads.store, plan))
-    headers = {"content-disposition": content_disposition(name, fallback="mail.mbox")}
+    fallback = "mail.mbox.gz" if gz else "mail.mbox"
+    headers = {"content-disposition": content_disposition(name, fallback=fallback)}
+    if gz:
+        return StreamingResponse(_gzipped(chunks), media_type="application/gzip", headers=headers)
     return StreamingResponse(chunks, media_type="application/mbox", headers=headers)
+
+
+def _gzipped(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """``chunks`` gzip-compressed, a piece at a time (memory follows a chunk)."""
+    import zlib
+
+    z = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # (16+: a gzip header)
+    for chunk in chunks:
+        if out := z.compress(chunk):
+            yield out
+    yield z.flush()
 
 
 def search_mbox(request: Request) -> Response:
@@ -215,6 +232,11 @@ def search_mbox(request: Request) -> Response:
 def thread_mbox(request: Request) -> Response:
     mid = segment(request, "mid")
     return _mbox(request, f"thread:{_quoted(mid)}", f"thread-{mid}.mbox")
+
+
+def thread_mbox_gz(request: Request) -> Response:
+    mid = segment(request, "mid")
+    return _mbox(request, f"thread:{_quoted(mid)}", f"thread-{mid}.mbox.gz", gz=True)
 
 
 def search_atom(request: Request) -> Response:
@@ -239,8 +261,10 @@ def page_routes() -> list[Route]:
         Route("/search.atom", search_atom),
         Route("/style.css", style),
         Route("/m/{mid}/html", html_frame),
+        Route("/m/{mid}/raw", raw),
         Route("/m/{mid}", message_page),
         Route("/t/{mid}/mbox", thread_mbox),
+        Route("/t/{mid}.mbox.gz", thread_mbox_gz),
         Route("/t/{mid}", thread_page),
     ]
 

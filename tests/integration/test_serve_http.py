@@ -97,7 +97,7 @@ def test_serve_listen_answers_http_as_web_does_and_commands_as_before(
     status, body = get(web.base, "/api/v1/search?q=live&output=count")
     assert status == 200
     count = ml(place, "--no-serve", "search", "live", "--output", "count")
-    assert json.loads(body) == int(count.stdout)  # (search --format json --output count)
+    assert json.loads(body) == {"count": int(count.stdout)}  # (search --output count)
     status, page = get(web.base, "/search?q=live")
     assert status == 200 and b'a class="hit"' in page
     served = ml(place, "search", "live")  # (the socket side works beside it)
