@@ -129,14 +129,16 @@ class _Campaign:
         MessageStore.open(self.shard, create=True).close()
 
     def new_mail(self, more: str | None = None) -> None:
-        """New mail on every mailbox; ten times as much on ``more``'s (a task with
-        several batches to commit)."""
+        """New mail on every mailbox; twenty times as much on ``more``'s (a task with
+        several batches to commit: with ten times, 600 messages, the batch after
+        the first 500 was committed before the pause could land once commits
+        stopped making the small-file merge in the commit)."""
         for user in sorted(set(ACCOUNTS.values())):
             uids = self.dv.user(user).uids("INBOX")  # (all synced by the last converge)
             if uids and self.rng.random() < 0.3:  # an expunge: the archive keeps the message
                 self.dv.user(user).expunge("INBOX", self.rng.choice(uids))
             start = self.serial
-            self.serial += NEW_PER_TRIAL * (10 if user == more else 1)
+            self.serial += NEW_PER_TRIAL * (20 if user == more else 1)
             self.dv.user(user).bulk_maildir(
                 "INBOX", [_mail(user, i) for i in range(start, self.serial)]
             )

@@ -189,9 +189,12 @@ def cmd_sync(args: argparse.Namespace) -> int:
             output.print_json(result)
         if not args.watch or stop.is_set():
             break
-        from pipeline.sync.watch import wait_for_change  # (the sync's sources: not idle's)
+        from pipeline.sync.watch import seen_in, wait_for_change  # (not idle's sources)
 
-        why = wait_for_change(config, env, args.interval, wake, only=only, sources=args.app.sources)
+        why = wait_for_change(
+            config, env, args.interval, wake, only=only, sources=args.app.sources,
+            seen=seen_in(report) if opts.apply else None,  # (a dry run moves no cursor)
+        )  # fmt: skip
         if stop.is_set():
             break
         if wake.is_set():  # (asked during the run or the wait: this run is the one asked for)

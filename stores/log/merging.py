@@ -49,6 +49,7 @@ import pyarrow as pa
 
 from stores import arrow
 from stores.atomic import fsync_dir
+from stores.events import SCHEMA
 from stores.log.files import LogFile, file_name, stat_key
 from stores.log.tiers import LIMITS, next_merge
 
@@ -181,7 +182,8 @@ class SmallFiles:
         merge of ten 51-event files cost 150 ms at p95 on a shard of 4 committers,
         on a thread beside the commits of its own process.)"""
         if whole_as is not None and whole_as == stat_key(f.path):
-            table = arrow.parquet().read_table(f.path, use_threads=False)
+            # (as the log's schema: a file written before a column was added has it null)
+            table = arrow.parquet().read_table(f.path, schema=SCHEMA, use_threads=False)
             if table.num_rows == f.rows:
                 return table.replace_schema_metadata(None)
         return self.log.read_checked(f, doing).replace_schema_metadata(None)

@@ -126,7 +126,7 @@ def test_sync_now_over_http_runs_the_sync_at_once_and_only_a_post_with_its_token
         assert status == 200
         token = json.loads(body)["csrf"]
         time.sleep(3)  # (time for a run that should not happen)
-        assert count(place, "id:archived@sync.example") == 0
+        assert count(place, "id:archived@sync.example") == 0, web.log()
         assert web.status()["sync"]["runs"] == 1 and "asked to run now" not in web.log()
         assert post(web.base, "/api/v1/sync", {"x-csrf-token": token}) == 202
         assert wait_until(lambda: count(place, "id:archived@sync.example") == 1), web.log()

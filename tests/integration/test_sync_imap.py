@@ -688,3 +688,43 @@ def test_internaldate_is_recorded_as_the_same_instant_whatever_the_local_timezon
         dates = s.log.read(columns=["type", "internal_date"]).to_pylist()
     seen = [d["internal_date"] for d in dates if d["type"] == "message-seen"]
     assert len(seen) == n and set(seen) == {when}
+
+
+def test_watch_wakes_at_once_for_mail_delivered_before_its_idle_began(
+    fastmail: tuple[Any, SyncEnv], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """IDLE reports changes from when it starts: mail delivered between the run's
+    scan and the IDLE is found by asking for UIDs above the run's cursor (but not
+    a UID the run failed to take: that would wake every wait at once)."""
+    import threading
+
+    from pipeline.bootstrap import App
+    from pipeline.config import load_config
+    from pipeline.reports import AccountReport, FolderReport, RunReport
+    from pipeline.sync.watch import seen_in, wait_for_change
+
+    user, env = fastmail
+    user.save("INBOX", _msg(1))
+    code, report = env.sync("--apply", capsys=capsys)
+    assert code == 0
+    inbox = _folder(report, "fastmail", "INBOX")
+    folder = FolderReport(
+        folder="INBOX", uidvalidity=inbox["uidvalidity"], cursor_to=inbox["cursor_to"]
+    )
+    run = RunReport(run_id="r", applied=True)
+    run.accounts["fastmail"] = AccountReport(name="fastmail", folders={"INBOX": folder})
+    config = load_config(env.config, env.env)
+    sources, stop = App(env.env).sources, threading.Event()
+
+    def wait(seen: Any, seconds: float = 30.0) -> tuple[str, float]:
+        t0 = time.monotonic()
+        why = wait_for_change(config, env.env, seconds, stop, sources=sources, seen=seen)
+        return why, time.monotonic() - t0
+
+    assert wait(seen_in(run), 1.0)[0] == "interval"  # nothing new: the whole wait
+    user.save("INBOX", _msg(2))  # (in the gap: after the run looked, before any IDLE)
+    why, took = wait(seen_in(run))
+    assert why == "fastmail INBOX: mail since the run looked" and took < 10, (why, took)
+    top = inbox["cursor_to"] + 1  # the new UID, as if the run had failed to take it
+    folder.failed_uids = [top]
+    assert wait(seen_in(run), 1.0)[0] == "interval"
