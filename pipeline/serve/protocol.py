@@ -167,7 +167,8 @@ def send_msg(sock: socket.socket, message: Mapping[str, Any], fds: list[int] | N
     if fds:
         sent = socket.send_fds(sock, [data], fds)
         data = data[sent:]
-    sock.sendall(data)
+    if data:  # (not even an empty send once all went: a worker that has read its
+        sock.sendall(data)  # command and closed the channel makes that EPIPE)
 
 
 def recv_msg(sock: socket.socket, *, max_fds: int = 0) -> tuple[dict[str, Any], list[int]]:

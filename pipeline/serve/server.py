@@ -269,9 +269,14 @@ class Server:
                         protocol.send_msg(channel, request, fds=fds)
                     return pid
                 except OSError as exc:
-                    log.warning("worker %d would not take the command: %s", pid, exc)
                     _kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
+                    _, status = os.waitpid(pid, 0)
+                    log.warning(
+                        "worker %d would not take the command: %s (%s)",
+                        pid,
+                        exc,
+                        _ended(status),
+                    )
             raise OSError("no worker would take the command")
         finally:
             for fd in fds:
@@ -340,6 +345,12 @@ class Server:
         if killed:  # (cancelled: the client says so, as the command would have)
             return {"exit": 130, "killed": True}
         return {"exit": code}
+
+
+def _ended(status: int) -> str:
+    """How a worker ended (its wait status), said for the log."""
+    code = os.waitstatus_to_exitcode(status)
+    return f"exit {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
 
 
 def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
