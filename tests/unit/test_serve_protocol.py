@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Any
 
 from pipeline.serve import protocol
 
@@ -12,27 +13,24 @@ def test_a_message_sent_whole_with_its_descriptors_is_not_followed_by_an_empty_s
     # A worker reads its command and closes the channel at once: an empty send after
     # the whole message was EPIPE to the server, which then killed the worker that had
     # taken the command and ran it again in another (1 command in 6 of a loop).
-    ours, theirs = socket.socketpair()
+    pair = socket.socketpair()
+    theirs = pair[1]
+
+    class PeerReadsAndCloses(socket.socket):
+        def sendmsg(self, *args: Any) -> int:
+            sent = super().sendmsg(*args)
+            message, fds = protocol.recv_msg(theirs, max_fds=3)
+            assert message == {"op": "run"} and len(fds) == 1
+            os.close(fds[0])
+            theirs.close()
+            return sent
+
     r, w = os.pipe()
-    real_send_fds = socket.send_fds
-
-    def send_then_peer_reads_and_closes(sock: socket.socket, *args: object) -> int:
-        sent = real_send_fds(sock, *args)  # type: ignore[arg-type]
-        message, fds = protocol.recv_msg(theirs, max_fds=3)
-        assert message == {"op": "run"} and len(fds) == 1
-        for fd in fds:
-            os.close(fd)
-        theirs.close()
-        return sent
-
-    try:
-        socket.send_fds = send_then_peer_reads_and_closes  # type: ignore[assignment]
+    with PeerReadsAndCloses(fileno=pair[0].detach()) as ours:
         protocol.send_msg(ours, {"op": "run"}, fds=[w])  # (raised BrokenPipeError)
-    finally:
-        socket.send_fds = real_send_fds  # type: ignore[assignment]
-        ours.close()
-        os.close(r)
-        os.close(w)
+    assert theirs.fileno() == -1  # (the peer did read it all and close)
+    os.close(r)
+    os.close(w)
 
 
 def test_a_message_and_its_descriptors_arrive_whole() -> None:
