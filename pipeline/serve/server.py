@@ -222,8 +222,9 @@ class Server:
             elif op == "run" and len(fds) == 3:
                 reply = await self._run(conn, request, fds)
                 fds = []
-                with contextlib.suppress(OSError):
-                    protocol.send_msg(conn, reply)
+                if reply is not None:  # (else the worker answered the client)
+                    with contextlib.suppress(OSError):
+                        protocol.send_msg(conn, reply)
             else:
                 protocol.send_msg(conn, {"ok": False, "reason": f"unknown request {op!r}"})
         except (OSError, protocol.ProtocolError, KeyError, TypeError, ValueError) as exc:
@@ -260,17 +261,20 @@ class Server:
             _kill(pid, signal.SIGTERM)
             os.waitpid(pid, 0)
 
-    def _hand_over(self, request: Mapping[str, Any], fds: list[int]) -> int:
-        """Give ``request`` and the client's descriptors to a spare worker; its pid."""
+    def _hand_over(
+        self, request: Mapping[str, Any], fds: list[int], conn: socket.socket
+    ) -> tuple[int, socket.socket]:
+        """Give ``request``, the client's descriptors (closed here) and its connection
+        (``conn``: the worker answers on it) to a spare worker; its pid and channel."""
         try:
             for _ in range(2):  # (a spare that died meanwhile: another, once)
                 pid, channel = self._spare or self._fork_spare()
                 self._spare = None
                 try:
-                    with channel:
-                        protocol.send_msg(channel, request, fds=fds)
-                    return pid
+                    protocol.send_msg(channel, request, fds=[*fds, conn.fileno()])
+                    return pid, channel
                 except OSError as exc:
+                    channel.close()
                     _kill(pid, signal.SIGKILL)
                     _, status = os.waitpid(pid, 0)
                     log.warning(
@@ -286,11 +290,26 @@ class Server:
 
     async def _run(
         self, conn: socket.socket, request: Mapping[str, Any], fds: list[int]
-    ) -> dict[str, Any]:
-        """Fork the command's child, cancel it when the client asks (or goes), and
-        answer its exit code."""
+    ) -> dict[str, Any] | None:
+        """Hand the command to a worker, cancel it when the client asks (or goes), and
+        answer its exit code, unless the worker answered the client itself (None).
+
+        A worker answers the client itself as the command ends, before its own exit
+        (``worker.answer``: DuckDB's threads and a large process's pages take
+        milliseconds to tear down) and without this process in between; it tells
+        this process first, on its channel, so that the client closing its end then
+        is not taken for a client gone mid-command."""
         loop = asyncio.get_running_loop()
-        pid = self._hand_over(request, fds)
+        pid, channel = self._hand_over(request, fds, conn)
+        channel.setblocking(False)
+        answered: list[dict[str, Any]] = []
+
+        def worker_answered() -> bool:
+            if not answered:
+                with contextlib.suppress(OSError, protocol.ProtocolError):
+                    answered.append(protocol.recv_msg(channel)[0])
+            return bool(answered)
+
         self._commands += 1
         # The next command's spare is forked when this one ends (or, when it runs
         # long, a moment after it began): its warm-up (DuckDB's instance, 20-50 ms of
@@ -315,6 +334,8 @@ class Server:
             loop.remove_reader(conn.fileno())
             if done.done():  # (ended already: its pid may be another process's by now)
                 return
+            if worker_answered():  # (the client has its answer and closed: no cancel)
+                return
             with contextlib.suppress(OSError, protocol.ProtocolError):
                 protocol.recv_msg(conn)
             log.info("pid %d: cancelled", pid)
@@ -338,16 +359,20 @@ class Server:
         loop.add_reader(conn.fileno(), cancel)
         try:
             code = await done
+            worker_answered()  # (read before the channel is closed)
         finally:
             with contextlib.suppress(ValueError, OSError):
                 loop.remove_reader(conn.fileno())
             os.close(pidfd)
+            channel.close()
             if kill is not None:
                 kill.cancel()
             del self._active[pid]
             spare_later.cancel()
             loop.call_soon(self._keep_spare)  # (after the answer is sent)
         log.info("pid %d: exit %d", pid, code)
+        if answered:
+            return None
         if code == FALLBACK:
             return {"fallback": "another store"}
         if killed:  # (cancelled: the client says so, as the command would have)

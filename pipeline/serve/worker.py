@@ -70,14 +70,13 @@ def spare(channel: socket.socket, store: Path) -> NoReturn:
         start_instance(spill_for=store / "projections.duckdb")
         if not _parser:
             prepare()
-        request, fds = protocol.recv_msg(channel, max_fds=3)
+        request, fds = protocol.recv_msg(channel, max_fds=4)
     except protocol.ProtocolError:  # (the server closed the channel: no command)
         os._exit(0)
     except BaseException:  # (on the server's stderr: a bug)
         traceback.print_exc()
         os._exit(1)
-    channel.close()
-    run_forwarded(request, fds, store)
+    run_forwarded(request, fds, store, channel)
 
 
 _interrupted: list[bool] = []
@@ -87,8 +86,11 @@ def _early_interrupt(*_: object) -> None:
     _interrupted.append(True)
 
 
-def run_forwarded(request: Mapping[str, Any], fds: Sequence[int], store: Path) -> NoReturn:
-    """Run ``request`` (a ``run`` message) in this forked child and exit with its code."""
+def run_forwarded(
+    request: Mapping[str, Any], fds: Sequence[int], store: Path, channel: socket.socket
+) -> NoReturn:
+    """Run ``request`` (a ``run`` message) in this forked child, answer its client
+    (``fds``: its stdin, stdout, stderr and connection) and exit with its code."""
     code = 1
     try:
         _adopt(request, fds)
@@ -110,7 +112,30 @@ def run_forwarded(request: Mapping[str, Any], fds: Sequence[int], store: Path) -
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(BaseException):
                 stream.flush()
+    answer(code, channel, fds[3] if len(fds) > 3 else None)
     os._exit(code)
+
+
+def answer(code: int, channel: socket.socket, client: int | None) -> None:
+    """Tell the server, then the client (``client``: its connection), how the command
+    ended, before this process exits: the client ends as soon as it reads this, not
+    after DuckDB's threads and this process's pages are torn down (and without the
+    server in between). The client's stdin, stdout and stderr are let go first, so
+    that whoever reads the command's output sees its end with the answer."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a Ctrl-C now is too late to matter)
+    reply = {"fallback": "another store"} if code == FALLBACK else {"exit": code}
+    with contextlib.suppress(OSError):
+        nowhere = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(nowhere, fd)
+        os.close(nowhere)
+    with contextlib.suppress(OSError):
+        protocol.send_msg(channel, reply)  # (first: see ``Server._run``)
+    if client is not None:
+        with contextlib.suppress(OSError):
+            conn = socket.socket(fileno=client)
+            conn.settimeout(5.0)
+            protocol.send_msg(conn, reply)
 
 
 def _adopt(request: Mapping[str, Any], fds: Sequence[int]) -> None:
@@ -120,6 +145,8 @@ def _adopt(request: Mapping[str, Any], fds: Sequence[int]) -> None:
     for target, fd in enumerate(fds[:3]):
         os.dup2(fd, target)
         os.close(fd)
+    for fd in fds[3:]:  # the client's connection, which ``answer`` writes to: not
+        os.set_inheritable(fd, False)  # for what the command starts
     os.environ.clear()
     os.environ.update(request["env"])
     time.tzset()
