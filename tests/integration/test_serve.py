@@ -336,6 +336,36 @@ def test_writes_are_carried_out_by_the_server_with_the_output_and_code_of_in_pro
     assert ml(served, "verify").returncode == 0
 
 
+def test_a_write_is_seen_by_the_next_served_search(tmp_path: Path) -> None:
+    # The spare worker waits with nothing of the store open (its DuckDB instance
+    # started, no file attached): a write, forwarded or run beside the server, takes
+    # the projection file for writing at once, and the next served search sees it.
+    place = make_place(tmp_path)
+    server = Server(place)
+    try:
+
+        def count() -> int:
+            done = ml(place, "search", "--output", "count", "*")
+            assert done.returncode == 0, done.stderr.decode()
+            return int(done.stdout)
+
+        before = count()  # (a spare is forked for the next command meanwhile)
+        forwarded = ml(place, "import", "mbox", str(FIXTURES / "lists.mbox"))
+        assert forwarded.returncode == 0, forwarded.stderr.decode()
+        assert count() == before + 2
+        assert server.status()["commands"] == 3
+        # a writer that is not the server's (a cron job with --no-serve): not kept
+        # waiting by the server's idle spare, and seen by the next served search
+        time.sleep(1.0)  # (the spare forked after the last command is warm by now)
+        here = ml(place, "--no-serve", "delete", "<plan-1@example.org>", "--reason", "test")
+        assert here.returncode == 0, here.stderr.decode()
+        assert b"not updated now" not in here.stderr  # (a LockTimeout after 30 s)
+        assert count() == before + 1
+        assert server.status()["commands"] == 4
+    finally:
+        server.stop()
+
+
 def test_replay_is_refused_by_name_while_a_server_holds_the_store(
     place: Place, server: Server
 ) -> None:
