@@ -46,8 +46,9 @@ PEERS_INSTALL = if { ! command -v notmuch || ! command -v mu; } >/dev/null 2>&1 
 	fi
 
 # Both benchmarks: import / replay / lookups, then notmuch new, mu index and mailledger
-# import side by side with the search language's counts against notmuch's (bench.run),
-# then the IMAP sync against mbsync on a loopback Dovecot (bench.sync_bench; isync and
+# import side by side with the search language's counts against notmuch's, then served
+# `search --output count` beside `notmuch count` on the same mail (bench.run,
+# bench.serve_bench; BENCH_ARGS="--no-serve" without it), then the IMAP sync against mbsync on a loopback Dovecot (bench.sync_bench; isync and
 # dovecot from apt-get when run as root and missing). SYNC_BENCH_ARGS="--runs 1" for a
 # quick one; BENCH_ARGS="--no-peers" without notmuch and mu.
 bench: venv
