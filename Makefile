@@ -6,11 +6,16 @@ STORE  ?= $(or $(MAILLEDGER_STORE),$(CURDIR)/demo-store)
 
 .PHONY: venv demo test fuzz replay bench bench-scale delta-spike delta-chaos delta-checks lint torture interop man clean
 
+# The editable install puts the source tree on sys.path with a plain .pth line
+# (editable_mode=compat): setuptools' default, an import finder, costs every Python
+# process 15-20 ms at start (pathlib, importlib.util, fnmatch, re), which a served
+# command's whole wall (docs/serve.md, "Figures") and every bench figure would pay
+# and an installed mailledger does not.
 $(BIN)/mailledger: pyproject.toml
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "python3 -m venv is missing: apt-get install -y python3-venv" >&2; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	@touch $@
 
 venv: $(BIN)/mailledger
