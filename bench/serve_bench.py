@@ -18,12 +18,15 @@ own), then, every figure from this one run:
   (connect, handshake, the command in the server's worker, its answer): the first
   page of each query (``search --limit 50 Q``, 50 summary lines), its count, and
   ``show ID`` of sampled messages.
-- **idle memory**: RSS of the server and of its spare worker after a second idle,
-  and their PSS (shared pages divided among the processes sharing them).
+- **idle memory**: RSS of the server (and its anonymous part) and of its spare
+  worker after a second idle, and their PSS (shared pages divided among the
+  processes sharing them).
 
 Nothing here gates; it prints, and returns the figures for ``bench.run``'s JSON line.
 
     python -m bench.serve_bench --store STORE [--notmuch DIR] [--runs 30]
+        [--mailledger PATH]  (another install's console script: a normal install's,
+                              an older version's)
 """
 
 from __future__ import annotations
@@ -193,13 +196,25 @@ def _memory(pid: int) -> dict[str, float]:
     out["serve_and_spare_pss_mib"] = (
         sum(p.memory_full_info().pss for p in [server, *children]) / mib
     )
+    # (RSS also counts the libraries' pages mapped from files, which depend on the
+    # kernel and on how their files were read: the same server read 53 MiB of them
+    # from one venv's copy of DuckDB and pyarrow, 86 MiB from another's; its own
+    # memory is the anonymous part)
+    with open(f"/proc/{pid}/status") as f:
+        anon = next((ln.split()[1] for ln in f if ln.startswith("RssAnon:")), "0")
+    out["serve_idle_anon_mib"] = int(anon) / 1024
     return out
 
 
-def serve_figures(store: Path, notmuch: Path | None, runs: int = 30) -> dict[str, Any]:
+def serve_figures(
+    store: Path, notmuch: Path | None, runs: int = 30, script: Path | None = None
+) -> dict[str, Any]:
     """Measure, print, and return every figure (``notmuch``: a notmuch home of the
-    same mail, made by ``testkit.peers.Notmuch``; None: no notmuch column)."""
-    ml = _console_script()
+    same mail, made by ``testkit.peers.Notmuch``; None: no notmuch column;
+    ``script``: another install's ``mailledger`` to measure, its server and client,
+    and its interpreter's start)."""
+    ml = [str(script)] if script is not None else _console_script()
+    python = str(Path(ml[0]).parent / "python") if script is not None else sys.executable
     work = Path(tempfile.mkdtemp(prefix="serve-bench-"))
     (work / "run").mkdir(mode=0o700)
     env = {**os.environ, "XDG_RUNTIME_DIR": str(work / "run"), "XDG_STATE_HOME": str(work)}
@@ -254,8 +269,8 @@ def serve_figures(store: Path, notmuch: Path | None, runs: int = 30) -> dict[str
                 thin = [*ml, "--store", fake, "search", "--output", "count", "x"]
                 walls = [_timed(thin, env)[0] for _ in range(runs)]
             figures["thin_client_p50_ms"], figures["thin_client_p95_ms"] = _percentiles(walls)
-            bare = [_timed([sys.executable, "-I", "-S", "-c", "pass"], env)[0] for _ in range(runs)]
-            venv = [_timed([sys.executable, "-c", "pass"], env)[0] for _ in range(runs)]
+            bare = [_timed([python, "-I", "-S", "-c", "pass"], env)[0] for _ in range(runs)]
+            venv = [_timed([python, "-c", "pass"], env)[0] for _ in range(runs)]
             figures["python_IS_start_p50_ms"] = _percentiles(bare)[0]
             figures["python_start_p50_ms"] = _percentiles(venv)[0]
 
@@ -320,8 +335,9 @@ def _print(
         f" p95 {f['serve_show_p95_ms']:.1f}"
     )
     print(
-        f"idle: server RSS {f['serve_idle_rss_mib']:.0f} MiB, spare worker RSS"
-        f" {f['spare_idle_rss_mib']:.0f} MiB, PSS of both {f['serve_and_spare_pss_mib']:.0f} MiB"
+        f"idle: server RSS {f['serve_idle_rss_mib']:.0f} MiB (anonymous"
+        f" {f['serve_idle_anon_mib']:.0f}), spare worker RSS {f['spare_idle_rss_mib']:.0f} MiB,"
+        f" PSS of both {f['serve_and_spare_pss_mib']:.0f} MiB"
     )
     for key, target in TARGETS.items():
         value = f[key]
@@ -338,8 +354,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", type=Path, required=True, help="a store of the bench corpus")
     ap.add_argument("--notmuch", type=Path, help="a notmuch home of the same mail")
     ap.add_argument("--runs", type=int, default=30, help="of each whole command")
+    ap.add_argument(
+        "--mailledger", type=Path, help="another install's console script (default: this one's)"
+    )
     ns = ap.parse_args(argv)
-    figures = serve_figures(ns.store, ns.notmuch, ns.runs)
+    figures = serve_figures(ns.store, ns.notmuch, ns.runs, ns.mailledger)
     print(json.dumps({"serve": figures}))
     return 0
 
