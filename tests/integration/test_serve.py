@@ -313,6 +313,31 @@ def test_ctrl_c_cancels_a_served_command(place: Place, server: Server) -> None:
     assert "cancelled" in server.log()
 
 
+def test_a_client_gone_mid_command_has_its_command_cancelled(place: Place, server: Server) -> None:
+    # (the worker answers the client itself, and the server no longer takes a client
+    # closing its end for one gone unless the worker has not answered: a killed
+    # client's command is still cancelled)
+    proc = subprocess.Popen(
+        [*MAILLEDGER, "--store", str(place.store), "query", ENDLESS],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=place.tmp,
+        env=place.env,
+    )
+    deadline = time.monotonic() + 60
+    while "range(" not in server.log() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.kill()
+    proc.wait(timeout=30)
+    while server.status()["running"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert server.status()["running"] == 0
+    assert "cancelled" in server.log()
+    done = ml(place, "search", "--output", "count", "*")  # (the server answers on)
+    assert done.returncode == 0 and int(done.stdout) > 0
+
+
 def test_writes_are_carried_out_by_the_server_with_the_output_and_code_of_in_process(
     tmp_path: Path,
 ) -> None:

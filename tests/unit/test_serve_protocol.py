@@ -6,6 +6,8 @@ import os
 import socket
 from typing import Any
 
+import pytest
+
 from pipeline.serve import protocol
 
 
@@ -45,3 +47,29 @@ def test_a_message_and_its_descriptors_arrive_whole() -> None:
     os.close(w)
     with os.fdopen(r, "rb") as printed:
         assert printed.read() == b"through the passed descriptor"
+
+
+def test_the_thin_json_writes_and_reads_what_json_does() -> None:
+    # (the thin client encodes and scans with CPython's _json, not the json module)
+    import json
+
+    messages = [
+        protocol.hello(),
+        {
+            "op": "run",
+            "argv": ["search", 'subject:"Grüße" -from:x', "\x00\x1f\u2028\ud7ff", "🙂"],
+            "env": {"LANG": "de_DE.UTF-8", "EMPTY": "", "PATH": "/usr/bin:/bin"},
+            "umask": 0o077,
+            "stdio": {"stdout": {"encoding": "utf-8", "errors": None, "line_buffering": True}},
+        },
+        {"exit": 0},
+        {"uptime": 12.5, "big": 2**70, "neg": -1, "list": [[], {}, [None]]},
+    ]
+    for message in messages:
+        text = protocol.dumps(message)
+        assert text == json.dumps(message)
+        assert protocol.loads(text) == message == json.loads(text)
+    assert protocol.loads(' {"a": 1}\n') == {"a": 1}
+    for broken in ("", "{", '{"a": 1} {}', "[1,]"):
+        with pytest.raises(ValueError):
+            protocol.loads(broken)
