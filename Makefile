@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STORE  ?= $(or $(MAILLEDGER_STORE),$(CURDIR)/demo-store)
 
-.PHONY: venv demo test fuzz replay bench bench-scale delta-spike delta-chaos delta-checks lint torture interop man clean
+.PHONY: venv demo test fuzz replay bench bench-scale delta-spike delta-chaos delta-checks fencing-chaos scale-sim bench-cluster bench-cluster-reads lint torture interop man clean screenshots
 
 # The editable install puts the source tree on sys.path with a plain .pth line
 # (editable_mode=compat): setuptools' default, an import finder, costs every Python
@@ -38,6 +38,11 @@ fuzz: venv
 	  echo "fuzz: round $$i of $(FUZZ_ROUNDS)"; \
 	  HYPOTHESIS_PROFILE=release $(BIN)/pytest -q -m hypothesis $(FUZZ_ARGS) || exit 1; \
 	done
+
+# docs/web-search.png, web-thread.png, web-message.png: the web pages over a small store,
+# shot by Playwright driving Debian's chromium (scripts/web_screenshots.py). Not in `make test`.
+screenshots: venv
+	$(BIN)/python scripts/web_screenshots.py
 
 replay: venv
 	$(BIN)/mailledger --store $(STORE) replay
@@ -130,6 +135,12 @@ scale-sim: venv
 # on one shard, and a one-shard cluster's sync against a plain store's, paired.
 bench-cluster: venv
 	$(BIN)/python -m bench.cluster_bench $(CLUSTER_BENCH_ARGS)
+
+# Issue 34, gate 4 (bench/cluster_reads.py): query and search across 16 shards against
+# one store of the same 10,000 messages, in-process p95 (built once under bench-data/),
+# and the snapshot lag. CLUSTER_READS_ARGS="--messages 100000" for a larger one.
+bench-cluster-reads: venv
+	$(BIN)/python -m bench.cluster_reads $(CLUSTER_READS_ARGS)
 
 # The core sync scenarios (first, idle, new mail, move, UIDVALIDITY change, expunge,
 # read-only) against Cyrus IMAP 3.6 and Courier-IMAP 5.0 from Debian 12, unpacked with

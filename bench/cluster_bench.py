@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -24,7 +25,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +42,34 @@ def _raw(account: str, i: int) -> bytes:
     ).encode()
 
 
-def _committer(root: str, account: str, batches: int, size: int, go: Any) -> list[float]:
-    """One fetcher's commits: ``batches`` of ``size`` messages, each with its cursor."""
+def _timed_lock(store: Any, held: list[float]) -> None:
+    """Time each hold of ``store``'s writer lock by this thread (a commit's critical
+    section; the small-file merges on their own thread are not counted)."""
+    lock, me = store.log.lock, threading.current_thread()
+
+    @contextlib.contextmanager
+    def timed(*args: Any, **kwargs: Any) -> Iterator[None]:
+        with lock(*args, **kwargs):
+            t0 = time.perf_counter()
+            yield
+            if threading.current_thread() is me:
+                held.append(time.perf_counter() - t0)
+
+    store.log.lock = timed
+
+
+def _committer(
+    root: str, account: str, batches: int, size: int, go: Any
+) -> tuple[list[float], list[float]]:
+    """One fetcher's commits: ``batches`` of ``size`` messages, each with its cursor.
+    Returns each commit's time and each hold of the writer lock."""
     from pipeline.parse import parse_message
     from pipeline.store import MessageStore
 
     times: list[float] = []
+    held: list[float] = []
     with MessageStore.open(Path(root)) as store:
+        _timed_lock(store, held)
         store.take_epoch(f"bench committer {account}", producer=account)
         parsed = [
             [parse_message(_raw(account, b * size + i)) for i in range(size)]
@@ -78,7 +102,7 @@ def _committer(root: str, account: str, batches: int, size: int, go: Any) -> lis
             store.commit(events, apply=False)
             times.append(time.perf_counter() - t0)
             last = to
-    return times
+    return times, held
 
 
 def commit_latency(work: Path, batches: int, size: int, fetchers: int = 4) -> dict[str, Any]:
@@ -96,21 +120,26 @@ def commit_latency(work: Path, batches: int, size: int, fetchers: int = 4) -> di
         time.sleep(1.0)  # (each has parsed its batches)
         t0 = time.perf_counter()
         go.set()
-        times = sorted(t for p in pending for t in p.get())
+        results = [p.get() for p in pending]
         wall = time.perf_counter() - t0
+    times = sorted(t for r in results for t in r[0])
+    held = sorted(t for r in results for t in r[1])
 
-    def pct(q: float) -> float:
-        return times[min(len(times) - 1, int(q * len(times)))] * 1000
+    def pct(q: float, xs: list[float] = times) -> float:
+        return round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1000, 1)
 
     return {
         "fetchers": fetchers,
         "commits": len(times),
         "messages_per_commit": size,
-        "p50_ms": round(pct(0.50), 1),
-        "p95_ms": round(pct(0.95), 1),
-        "p99_ms": round(pct(0.99), 1),
+        "p50_ms": pct(0.50),
+        "p95_ms": pct(0.95),
+        "p99_ms": pct(0.99),
         "max_ms": round(times[-1] * 1000, 1),
         "commits_per_s": round(len(times) / wall, 1),
+        "lock_held_p50_ms": pct(0.50, held),
+        "lock_held_p99_ms": pct(0.99, held),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -179,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
             f"commit latency, {lat['fetchers']} fetchers on one shard, {lat['commits']} commits"
             f" of {lat['messages_per_commit']} messages: p50 {lat['p50_ms']} ms, p95"
             f" {lat['p95_ms']} ms, p99 {lat['p99_ms']} ms, max {lat['max_ms']} ms"
-            f" ({lat['commits_per_s']} commits/s) -- gate p99 <= 250 ms: {verdict}",
+            f" ({lat['commits_per_s']} commits/s; writer lock held p50 {lat['lock_held_p50_ms']}"
+            f" ms, p99 {lat['lock_held_p99_ms']} ms; load {lat['load_average'][0]})"
+            f" -- gate p99 <= 250 ms: {verdict}",
             flush=True,
         )
         result: dict[str, Any] = {"commit_latency": lat}

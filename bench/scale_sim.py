@@ -156,6 +156,52 @@ def _store_facts(root: Path) -> dict[str, Any]:
         return {"ids": set(store.message_ids()), "locations": per_account}
 
 
+def _same_answers(
+    env: dict[str, str], root: Path, single: Path, accounts: list[str], seed: int
+) -> dict[str, Any]:
+    """The cluster's answers against the one store's (gate 3): the message count,
+    20 searches (count and first page of 50, newest first) and 20 thread trees;
+    after ``cluster snapshot`` (the cluster is read through its snapshots)."""
+    from datetime import UTC
+
+    from pipeline.cluster.reads import open_reads
+    from pipeline.store import MessageStore
+    from projections.queries import compile_query
+    from projections.search import parse
+
+    _ml(env, "cluster", "snapshot", str(root))
+    rng = random.Random(seed)
+    differ: list[str] = []
+    with open_reads(root) as many, MessageStore.open(single, create=False) as one, one.session():
+        now = one.clock.now()
+        ids = sorted(one.message_ids())
+        queries = ["*", "topic", "subject:topic", "from:senders.example", "body:simulated"]
+        queries += [f'subject:"topic {n}"' for n in rng.sample(range(97), 8)]
+        queries += [f"to:{a}@example.org" for a in rng.sample(accounts, min(7, len(accounts)))]
+        for q in queries[:20]:
+            plan = compile_query(parse(q, now=now, tz=UTC))
+            for output, limit in (("count", None), ("summary", 50)):
+                a = one.search(plan, output, limit=limit).to_pylist()  # type: ignore[arg-type]
+                b = many.search(plan, output, limit=limit).to_pylist()  # type: ignore[arg-type]
+                if a != b:
+                    differ.append(f"search {q!r} {output}")
+        picked = rng.sample(ids, min(20, len(ids)))
+        for mid in picked:
+            if one.thread_tree(mid) != many.thread_tree(mid):
+                differ.append(f"thread {mid}")
+        # (the cluster's `messages` sums the shards' own counts: a message two
+        # accounts on two shards hold counts twice; `distinct_messages` is one store's)
+        counts = (one.stats()["messages"], many.stats()["distinct_messages"])
+        if counts[0] != counts[1]:
+            differ.append(f"messages {counts}")
+    return {
+        "searches": len(queries[:20]),
+        "threads": len(picked),
+        "messages": counts,
+        "differ": differ,
+    }
+
+
 def _dask_workers(pid: int) -> list[int]:
     """The Dask worker processes of the command ``pid``: its nannies (in its own
     process) spawn them."""
@@ -275,6 +321,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "same_messages_as_one_store": facts["ids"] == plain["ids"],
                 "same_locations_as_one_store": facts["locations"] == plain["locations"],
             }
+            out["answers"] = _same_answers(env, root, single, names, args.seed)
     finally:
         dv.stop()
         if not args.keep:
@@ -297,11 +344,13 @@ def main(argv: list[str] | None = None) -> int:
     out = run(args)
     t, c = out["throughput"], out["chaos"]
     ok_speed = t["speedup_median"] >= 2.5 and t["speedup_min_pair"] >= 2.2
+    ans = out["answers"]
     ok_chaos = (
         not c["lost_count"]
         and not c["problems"]
         and c["same_messages_as_one_store"]
         and c["same_locations_as_one_store"]
+        and not ans["differ"]
     )
     print(
         f"\n{out['accounts']} accounts, {out['shards']} shards, {t['messages']} messages shown,"
@@ -316,7 +365,10 @@ def main(argv: list[str] | None = None) -> int:
         f" {c['concurrent_exit_codes']}, last {c['last_exit_code']}; lost {c['lost_count']},"
         f" problems {len(c['problems'])}, same messages as one store"
         f" {c['same_messages_as_one_store']}, same locations"
-        f" {c['same_locations_as_one_store']} -- {'ok' if ok_chaos else 'FAILED'}"
+        f" {c['same_locations_as_one_store']}; answers: {ans['messages'][1]} messages"
+        f" ({ans['messages'][0]} in one store), {ans['searches']} searches and"
+        f" {ans['threads']} thread trees, {len(ans['differ'])} differ {ans['differ'][:3]}"
+        f" -- {'ok' if ok_chaos else 'FAILED'}"
     )
     print(json.dumps(out, default=str))
     return 0 if ok_chaos else 1

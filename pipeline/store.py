@@ -110,6 +110,7 @@ class MessageStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
         self.blobs.close()  # (the blob index's file too: done with the store)
+        self.log.settle()  # (the small-file merge its commits asked for, made)
 
     # -- writing --------------------------------------------------------------
     def commit(self, events: Sequence[Event], *, apply: bool = True) -> pa.Table:

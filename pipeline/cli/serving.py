@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.cli import output
 from pipeline.cli.exits import EXIT_ERROR, EXIT_OK
 from pipeline.cli.parsing import add_command
 from pipeline.cli.syncing import interval
 from pipeline.serve import protocol
-from stores.errors import MailledgerError
+from stores.errors import MailledgerError, UsageError
+
+if TYPE_CHECKING:
+    from pipeline.serve.sync_child import SyncChild
+    from pipeline.web.running import Listen
 
 __all__ = ["StoreServed", "add_serve", "refuse_when_served"]
 
@@ -55,6 +60,7 @@ def _serve(args: argparse.Namespace, point: protocol.Endpoint) -> int:
     from stores.marker import check_marker
 
     check_marker(Path(args.store), create=False)  # (a store, or NotFoundError: exit 1)
+    listen, sync = _children_asked(args)
     log_file = log_path(args.env, point)
     log_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     handler = logging.FileHandler(log_file)
@@ -65,19 +71,43 @@ def _serve(args: argparse.Namespace, point: protocol.Endpoint) -> int:
     serve_log.propagate = False
 
     def ready(server: Server) -> None:
+        web = f", http://{listen.address}/" if listen is not None else ""
         output.echo(
-            f"mailledger: serving {server.point.store} on {server.point.socket}"
+            f"mailledger: serving {server.point.store} on {server.point.socket}{web}"
             f" (pid {server.describe()['pid']}, log {server.log_file})",
             file=sys.stderr,
             flush=True,
         )
 
     try:
-        Server(point, log_file, idle_exit=args.idle_exit).run(ready)
+        server = Server(point, log_file, idle_exit=args.idle_exit, listen=listen, sync=sync)
+        server.run(ready)
     finally:
         serve_log.removeHandler(handler)
         handler.close()
     return EXIT_OK
+
+
+def _children_asked(args: argparse.Namespace) -> tuple[Listen | None, SyncChild | None]:
+    """``--listen`` (checked as ``mailledger web`` checks it) and ``--sync`` (its
+    config file read now: a mistake in it is exit 2 here, not a child that fails
+    again and again)."""
+    listen = None
+    if args.listen is not None:
+        from pipeline.web.running import listen_settings
+
+        listen = listen_settings(args.listen, args.token_file, args.allow_host)
+    elif args.token_file or args.allow_host:
+        raise UsageError("--token-file and --allow-host go with --listen HOST:PORT")
+    sync = None
+    if args.sync:
+        from pipeline.config import default_config_path, load_config
+        from pipeline.serve.sync_child import SyncChild, sync_argv
+
+        load_config(args.config or default_config_path(args.env), args.env)
+        argv = sync_argv(Path(args.store), args.config, args.interval)
+        sync = SyncChild(argv, args.env, args.interval)
+    return listen, sync
 
 
 def _ask(point: protocol.Endpoint, request: dict[str, Any]) -> dict[str, Any] | None:
@@ -108,7 +138,33 @@ def _status(args: argparse.Namespace, point: protocol.Endpoint) -> int:
     for key in ("pid", "version", "store", "socket", "log"):
         output.echo(f"{key}: {info.get(key)}")
     output.echo(f"uptime: {_duration(float(info.get('uptime', 0)))}")
+    if "listen" in info:
+        output.echo(f"listen: http://{info['listen']}/ ({_child(info['http'])})")
+    if "sync" in info:
+        sync = info["sync"]
+        ran = "never yet"
+        if sync.get("last_run") is not None:
+            ran = f"{_ago(float(sync['last_run']))} ago, exit {sync.get('last_run_exit')}"
+        output.echo(
+            f"sync: every {_duration(float(sync['interval']))} and on change ({_child(sync)});"
+            f" last run: {ran}"
+        )
     return EXIT_OK
+
+
+def _child(info: dict[str, Any]) -> str:
+    """A child of the server as status shows it: its pid, or why none runs."""
+    if info.get("pid") is not None:
+        return f"pid {info['pid']}"
+    again = info.get("next_start")
+    when = ""
+    if again is not None:
+        when = f", starting again in {_duration(math.ceil(max(0.0, float(again) - time.time())))}"
+    return f"not running: last exit {info.get('last_exit')}{when}"
+
+
+def _ago(when: float) -> str:
+    return _duration(max(0.0, time.time() - when))
 
 
 def _stop(point: protocol.Endpoint) -> int:
@@ -152,6 +208,39 @@ def add_serve(subs: Any) -> None:
         "--idle-exit",
         type=interval,
         metavar="DURATION",
-        help="stop after no command for DURATION (30s, 5m, 1h; default: never)",
+        help="stop after no command and no HTTP request for DURATION (30s, 5m, 1h;"
+        " default: never); the --sync schedule does not keep it running",
     )
     p.add_argument("--json", action="store_true", help="status as JSON")
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="serve the archive in a browser and the JSON API there too (as `mailledger"
+        " web` does, in a child of the server); any but loopback needs --token-file",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="--listen: a Host header to answer besides the listen address and the"
+        " loopback names; repeatable",
+    )
+    p.add_argument(  # type: ignore[attr-defined]
+        "--token-file",
+        metavar="FILE",
+        help="--listen: a file (mode 0600) holding the token every request carries",
+    ).complete_kind = "FILE"
+    p.add_argument(
+        "--sync",
+        action="store_true",
+        help="run the configured sync too, as the store's one writer (sync --apply --watch"
+        " in a child of the server; the accounts' password_env must be set for serve)",
+    )
+    p.add_argument(
+        "--interval",
+        type=interval,
+        default=300.0,
+        metavar="DURATION",
+        help="--sync: at most this long between two runs (default 5m; IMAP IDLE wakes it sooner)",
+    )

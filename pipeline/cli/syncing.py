@@ -151,9 +151,16 @@ def cmd_sync(args: argparse.Namespace) -> int:
     emit = _emitter(args.json)
     progress = command_progress(delay=0.5)  # (a folder of a few new messages: no bar)
     stop = threading.Event()
+    wake = threading.Event()  # a stop, or SIGUSR1 ("sync now": `serve --sync`): run at once
     if args.watch:
+
+        def stopped(*_: object) -> None:
+            stop.set()
+            wake.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
+            signal.signal(sig, stopped)
+        signal.signal(signal.SIGUSR1, lambda *_: wake.set())
 
     if args.cluster is not None:
         return _cluster_sync(args, config, opts, emit, only, metrics_file)
@@ -184,10 +191,13 @@ def cmd_sync(args: argparse.Namespace) -> int:
             break
         from pipeline.sync.watch import wait_for_change  # (the sync's sources: not idle's)
 
-        why = wait_for_change(config, env, args.interval, stop, only=only, sources=args.app.sources)
-        emit(f"watch: woke up ({why})")
+        why = wait_for_change(config, env, args.interval, wake, only=only, sources=args.app.sources)
         if stop.is_set():
             break
+        if wake.is_set():  # (asked during the run or the wait: this run is the one asked for)
+            why = "asked to sync now"
+            wake.clear()
+        emit(f"watch: woke up ({why})")
     return code
 
 

@@ -5,63 +5,22 @@ unless ``--token-file`` gives the token every request must carry."""
 from __future__ import annotations
 
 import argparse
-import logging
-from pathlib import Path
 from typing import Any
 
 from pipeline.cli.exits import EXIT_OK
 from pipeline.cli.parsing import add_command
-from stores.errors import UsageError
 
-__all__ = ["add_web", "parse_listen"]
-
-log = logging.getLogger("mailledger.cli")
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as (host, port); UsageError if not one."""
-    host, colon, port = text.rpartition(":")
-    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"--listen: HOST:PORT, such as 127.0.0.1:8025, not {text!r}")
-    return host.strip("[]"), int(port)
+__all__ = ["add_web"]
 
 
 def cmd_web(args: argparse.Namespace) -> int:
-    from pipeline.web.security import allowed_hosts_for, is_loopback, read_token_file
-
-    host, port = parse_listen(args.listen)
-    token = read_token_file(Path(args.token_file)) if args.token_file else None
-    if token is None and not is_loopback(host):
-        raise UsageError(
-            f"--listen {args.listen}: not a loopback address, so every request must carry a"
-            " token: --token-file FILE (one line, mode 0600)"
-        )
-    import uvicorn
-
     from pipeline.web import create_app
+    from pipeline.web.running import listen_settings, run_app
 
-    hosts = [*allowed_hosts_for(host, port), *(name.lower() for name in args.allow_host)]
-    app = create_app(args.store, token=token, allowed_hosts=hosts)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", server_header=False)
-    _serve(uvicorn.Server(config))
+    listen = listen_settings(args.listen, args.token_file, args.allow_host)
+    app = create_app(args.store, token=listen.token, allowed_hosts=listen.hosts)
+    run_app(app, listen)
     return EXIT_OK
-
-
-def _serve(server: Any) -> None:
-    """Run the uvicorn ``server`` until SIGINT or SIGTERM. uvicorn takes both while it
-    runs (it stops taking connections, finishes the requests under way, the app's
-    lifespan releases the store), then raises the signal again for the handler that
-    was there before it: that handler is a no-op here, so a stop asked for is a
-    clean end, exit 0 (not a death by SIGTERM, nor an "interrupted" exit)."""
-    import signal
-
-    asked = (signal.SIGINT, signal.SIGTERM)
-    before = {sig: signal.signal(sig, lambda *_: None) for sig in asked}
-    try:
-        server.run()
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
 
 
 def add_web(subs: Any) -> None:

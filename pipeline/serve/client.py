@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import NoReturn
 
-__all__ = ["FORWARDED", "forward", "main"]
+__all__ = ["FORWARDED", "Connection", "connect", "forward", "main"]
 
 FORWARDED = frozenset(
     {
@@ -138,12 +138,24 @@ def _default_config(env: Mapping[str, str]) -> str:
     return os.path.join(home, ".config", "mailledger", "config.toml")
 
 
-def connect(point: protocol.Endpoint, version: str | None = None) -> _socket.socket | None:
+class Connection(_socket.socket):
+    """A connection to a server: ``_socket``'s socket (``socket``'s own is not
+    imported on the thin path), closed at the end of a ``with`` as that one is."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(point: protocol.Endpoint, version: str | None = None) -> Connection | None:
     """A connection to ``point``'s server, past the handshake (``version``: claim
     another, for a test), else None: no server, a stale socket (removed), or a
-    server that will not talk to this client. (A ``_socket.socket``: ``socket``'s
-    own is not imported here; close it with ``close()``.)"""
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    server that will not talk to this client."""
+    sock = Connection(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(point.socket)
     except (FileNotFoundError, ConnectionRefusedError):
@@ -180,10 +192,8 @@ def forward(argv: Sequence[str], env: Mapping[str, str]) -> int | None:
     sock = connect(point)
     if sock is None:
         return None
-    try:
+    with sock:
         return _run(sock, argv, env)
-    finally:
-        sock.close()
 
 
 def _how(stream: object) -> dict[str, object]:

@@ -14,9 +14,9 @@ Fork, not threads: DuckDB and pyarrow are not safe to fork once they hold
 connections or worker threads, so the parent never opens a store or runs a
 query; it is one thread (pyarrow's allocator starts a background thread at
 import, which jemalloc's fork handlers take care of). The event loop is
-asyncio's, so an HTTP app (uvicorn's ``Server.serve()``) can later run on the
-same loop beside the socket listener; it must then keep the same rule (reads in
-forked workers, nothing opened in the parent).
+asyncio's. For the same reason the web app (``--listen``) and the sync
+(``--sync``) run in long-lived children it supervises (``pipeline.serve.children``),
+never on its own loop.
 """
 
 from __future__ import annotations
@@ -33,12 +33,17 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.serve import protocol
+from pipeline.serve.children import Child
 from pipeline.serve.worker import FALLBACK, prepare, spare
 from stores.atomic import replace_file
 from stores.errors import MailledgerError
+
+if TYPE_CHECKING:
+    from pipeline.serve.sync_child import SyncChild
+    from pipeline.web.running import Listen
 
 __all__ = ["Server", "ServerRunning", "log_path"]
 
@@ -111,12 +116,16 @@ class Server:
     point: protocol.Endpoint
     log_file: Path
     idle_exit: float | None = None
+    listen: Listen | None = None  # (--listen: the web app in a child, ``http_child``)
+    sync: SyncChild | None = None  # (--sync: the store's writer in a child, ``sync_child``)
     started: float = field(default_factory=time.time)
     _active: dict[int, asyncio.Future[int]] = field(default_factory=dict)
     _last: float = field(default_factory=time.monotonic)
     _stop: asyncio.Event | None = None
     _spare: tuple[int, socket.socket] | None = None
     _commands: int = 0
+    _http: Child | None = None
+    _csrf_secret: bytes = field(default_factory=lambda: os.urandom(32))  # (over restarts)
 
     def describe(self) -> dict[str, Any]:
         """pid, version, store, socket, log and start time (``serve status``)."""
@@ -130,6 +139,9 @@ class Server:
             "uptime": round(time.time() - self.started, 3),
             "running": len(self._active),
             "commands": self._commands,
+            **({"listen": self.listen.address} if self.listen is not None else {}),
+            **({"http": self._http.describe()} if self._http is not None else {}),
+            **({"sync": self.sync.describe()} if self.sync is not None else {}),
         }
 
     def run(self, ready: Callable[[Server], None]) -> None:
@@ -148,6 +160,7 @@ class Server:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.point.socket)  # (a dead server's: the lock was free)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        web = self._bind_web()
         try:
             listener.bind(self.point.socket)
             os.chmod(self.point.socket, 0o600)
@@ -158,15 +171,74 @@ class Server:
             replace_file(Path(self.point.info), json.dumps(self.describe()).encode(), durable=False)
             log.info("serving %s on %s (pid %d)", self.point.store, self.point.socket, os.getpid())
             ready(self)
-            asyncio.run(self._main(listener))
+            asyncio.run(self._main(listener, web))
         finally:
             listener.close()
+            if web is not None:
+                web.close()
             for path in (self.point.socket, self.point.info):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
             log.info("stopped")
 
-    async def _main(self, listener: socket.socket) -> None:
+    def _bind_web(self) -> socket.socket | None:
+        """``--listen``'s socket, bound here once (an address in use: an error now,
+        exit 1); the web app's child serves it, and a restarted one the same."""
+        if self.listen is None:
+            return None
+        from pipeline.web.running import bind
+
+        try:
+            return bind(self.listen)
+        except OSError as exc:
+            why = exc.strerror or exc
+            raise MailledgerError(f"--listen {self.listen.address}: {why}") from None
+
+    def _start_children(self, web: socket.socket | None) -> list[Child]:
+        """The web app's child and the sync's, started and supervised."""
+        assert self._stop is not None
+        loop = asyncio.get_running_loop()
+        children: list[Child] = []
+        if web is not None and self.listen is not None:
+            from pipeline.serve.http_child import http_child
+
+            heard, tell = os.pipe()
+            os.set_blocking(heard, False)
+            os.set_blocking(tell, False)
+
+            def activity() -> None:  # (a request came to the web app)
+                with contextlib.suppress(BlockingIOError):
+                    if os.read(heard, 4096):
+                        self._last = time.monotonic()
+
+            loop.add_reader(heard, activity)
+            self._http = http_child(
+                self.listen,
+                web,
+                Path(self.point.store),
+                self.point,
+                tell,
+                csrf_secret=self._csrf_secret,
+                sync=self.sync is not None,
+            )
+            children.append(self._http)
+        if self.sync is not None:
+            children.append(self.sync.child)
+        for child in children:
+            child.start(self._stop)
+        return children
+
+    def _sync_now(self) -> dict[str, Any]:
+        """Wake the sync child (SIGUSR1): its next run begins at once."""
+        if self.sync is None:
+            return {"ok": False, "reason": "this server does not sync (serve --sync)"}
+        pid = self.sync.child.signal(signal.SIGUSR1)
+        if pid is None:
+            return {"ok": False, "reason": "the sync is not running now (starting again soon)"}
+        log.info("sync: asked to run now (pid %d)", pid)
+        return {"ok": True, "pid": pid}
+
+    async def _main(self, listener: socket.socket, web: socket.socket | None) -> None:
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -182,11 +254,14 @@ class Server:
 
         loop.add_reader(listener.fileno(), accept)
         self._keep_spare()
+        children = self._start_children(web)
         idle = loop.create_task(self._idle_watch()) if self.idle_exit else None
         await self._stop.wait()
         loop.remove_reader(listener.fileno())
         if idle is not None:
             idle.cancel()
+        if children:  # SIGTERM each, SIGKILL after its grace
+            await asyncio.gather(*(child.stop() for child in children))
         if tasks:  # the commands under way end as they would have
             log.info("stopping: %d command(s) to finish", len(tasks))
             await asyncio.wait(tasks)
@@ -218,6 +293,8 @@ class Server:
             op = request.get("op")
             if op == "status":
                 protocol.send_msg(conn, self.describe())
+            elif op == "sync":
+                protocol.send_msg(conn, self._sync_now())
             elif op == "stop":
                 log.info("asked to stop")
                 protocol.send_msg(conn, {"ok": True, "pid": os.getpid()})

@@ -1,7 +1,7 @@
 """The JSON API, version 1 (``/api/v1/...``): the answers of the command line's
 ``--json`` / ``--format json``, in the same shapes, for the same store.
 
-``search`` = ``search --format json`` (``output=count``: the number), a message =
+``search`` = ``search --format json`` (``output=count``: ``{"count": N}``), a message =
 ``show --json``, a thread = ``thread --tree-json``, ``stats`` = ``stats --json``,
 a cursor's log = ``cursor log --json``; ``raw`` and ``parts/N`` the bytes of
 ``show --raw`` and ``show --part N``; ``events?since=SEQ&limit=N`` the log itself
@@ -64,7 +64,7 @@ def search(request: Request) -> Response:
     with reads.session() as store:
         table = store.search(plan, out, sort=sort, limit=limit, offset=offset)  # type: ignore[arg-type]
     if out == "count":
-        return _json(table.column(0)[0].as_py())
+        return _json({"count": table.column(0)[0].as_py()})
     if out == "messages":
         return _json(table.column("message_id").to_pylist())
     return _json(table.to_pylist())
@@ -170,4 +170,9 @@ def api_routes() -> list[Route]:
         Route(f"{base}/messages/{{mid}}/parts/{{n:int}}", part),
         Route(f"{base}/messages/{{mid}}", message),
         Route(f"{base}/threads/{{mid}}", thread),
+        # (the names issue 37 gave, beside the plural ones)
+        Route(f"{base}/message/{{mid}}/raw", raw),
+        Route(f"{base}/message/{{mid}}/parts/{{n:int}}", part),
+        Route(f"{base}/message/{{mid}}", message),
+        Route(f"{base}/thread/{{mid}}", thread),
     ]

@@ -1,10 +1,11 @@
 """``create_app``: the archive in a browser and its JSON API, one Starlette
-application over one store, read-only; what ``mailledger web`` runs (and
-``serve --listen`` mounts)."""
+application over one store, read-only but for ``serve --sync``'s "sync now";
+what ``mailledger web`` runs (and ``serve --listen`` runs in its child)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from pipeline.web.api import api_routes
 from pipeline.web.pages import page_routes, render, search_error
 from pipeline.web.reads import Reads, json_bytes
 from pipeline.web.security import LOOPBACK_NAMES, Guard
+from pipeline.web.writes import POSTS, Csrf, SyncNow, write_routes
 from stores.errors import MailledgerError, NotFoundError, UsageError
 
 __all__ = ["create_app"]
@@ -27,16 +29,18 @@ def create_app(
     *,
     token: str | None = None,
     allowed_hosts: Sequence[str] = LOOPBACK_NAMES,
-    read_only: bool = True,
+    sync_now: SyncNow | None = None,
+    csrf_secret: bytes | None = None,
 ) -> Starlette:
     """The web app over the store at ``store_path`` (which must exist: UsageError).
 
     ``token``: required of every request when given (``pipeline.web.security``);
     ``allowed_hosts``: the ``Host`` values answered, ``name`` (any port) or
     ``name:port`` (``security.allowed_hosts_for`` makes the list for a listen
-    address); every other is a 400. ``read_only``: the app changes nothing in
-    the store whatever it is (it has no route that writes); a writing route
-    (``serve --sync``) will need it False, and a CSRF token with its POST."""
+    address); every other is a 400. ``sync_now``: ``serve --sync``'s "run the
+    sync now" (``pipeline.web.writes``), the one POST the app then takes, with a
+    CSRF token made under ``csrf_secret`` (default: one of this app's own); None:
+    read-only, GET and HEAD only."""
     path = Path(store_path)
     if not (path / "log").is_dir():
         raise UsageError(f"{path}: no mailledger store there")
@@ -49,9 +53,13 @@ def create_app(
         finally:
             reads.close()
 
+    writes = write_routes() if sync_now is not None else []
+    posts = POSTS if sync_now is not None else frozenset()
     app = Starlette(
-        routes=[*api_routes(), *page_routes()],
-        middleware=[Middleware(Guard, hosts=allowed_hosts, token=token)],  # type: ignore[arg-type]
+        routes=[*writes, *api_routes(), *page_routes()],
+        middleware=[
+            Middleware(Guard, hosts=allowed_hosts, token=token, posts=posts)  # type: ignore[arg-type]
+        ],
         exception_handlers={
             UsageError: _usage_error,
             NotFoundError: _not_found,
@@ -60,7 +68,8 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.reads = reads
-    app.state.read_only = read_only
+    app.state.sync_now = sync_now
+    app.state.csrf = Csrf(csrf_secret or os.urandom(32)) if sync_now is not None else None
     return app
 
 

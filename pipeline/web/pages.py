@@ -7,6 +7,7 @@ mbox) and an Atom feed per search. Every byte of mail goes through the templates
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -14,10 +15,11 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from pipeline.web.api import choice, int_param
+from pipeline.web.api import choice, int_param, raw
 from pipeline.web.escape import content_disposition, id_path, page_text, segment
 from pipeline.web.html_part import FRAME_CSP, html_of, sanitized
 from pipeline.web.reads import Reads, locked_iter, search_plan
+from pipeline.web.writes import csrf_token
 
 __all__ = ["PAGE_SIZE", "compose_query", "page_routes", "render"]
 
@@ -95,6 +97,7 @@ def search_page(request: Request) -> Response:
     values["output"] = out = choice(request, "output", _FORM_OUTPUTS)
     offset = int_param(request, "offset", 0)
     values["offset"] = offset
+    values.update(_sync_values(request))
     if not query:
         return render("search.html", **values, error=None, links={})
     reads = _reads(request)
@@ -119,11 +122,19 @@ def search_error(request: Request, error: str) -> Response:
     """The search page again, the query kept, its mistake and the language's help: 400."""
     form = _form(request)
     values: dict[str, Any] = {"form": form, "query": compose_query(form), "rows": None}
+    values.update(_sync_values(request))
     return render(
         "search.html", 400, **values, help=_HELP, error=error, links={}, sort="newest",
         output="summary",
         offset=0,
     )  # fmt: skip
+
+
+def _sync_values(request: Request) -> dict[str, Any]:
+    """The "sync now" button's CSRF token (None: no button, the app is read-only)
+    and what the last press of it came to (``sync=asked|failed`` in the URL)."""
+    said = request.query_params.get("sync")
+    return {"csrf": csrf_token(request), "sync_said": said if said in ("asked", "failed") else None}
 
 
 def message_page(request: Request) -> Response:
@@ -188,14 +199,30 @@ def thread_page(request: Request) -> Response:
     return render("thread.html", mid=mid, roots=roots, view=view, flat=_flat(roots))
 
 
-def _mbox(request: Request, query: str, name: str) -> Response:
+def _mbox(request: Request, query: str, name: str, *, gz: bool = False) -> Response:
+    """The messages ``query`` finds as the mbox ``export`` writes, streamed
+    (``gz``: gzip-compressed as it streams, a ``.mbox.gz`` download)."""
     from pipeline.export import mbox_stream
 
     reads = _reads(request)
     plan = search_plan(query, reads.now())
     chunks = locked_iter(reads, mbox_stream(reads.store, plan))
-    headers = {"content-disposition": content_disposition(name, fallback="mail.mbox")}
+    fallback = "mail.mbox.gz" if gz else "mail.mbox"
+    headers = {"content-disposition": content_disposition(name, fallback=fallback)}
+    if gz:
+        return StreamingResponse(_gzipped(chunks), media_type="application/gzip", headers=headers)
     return StreamingResponse(chunks, media_type="application/mbox", headers=headers)
+
+
+def _gzipped(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """``chunks`` gzip-compressed, a piece at a time (memory follows a chunk)."""
+    import zlib
+
+    z = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # (16+: a gzip header)
+    for chunk in chunks:
+        if out := z.compress(chunk):
+            yield out
+    yield z.flush()
 
 
 def search_mbox(request: Request) -> Response:
@@ -205,6 +232,11 @@ def search_mbox(request: Request) -> Response:
 def thread_mbox(request: Request) -> Response:
     mid = segment(request, "mid")
     return _mbox(request, f"thread:{_quoted(mid)}", f"thread-{mid}.mbox")
+
+
+def thread_mbox_gz(request: Request) -> Response:
+    mid = segment(request, "mid")
+    return _mbox(request, f"thread:{_quoted(mid)}", f"thread-{mid}.mbox.gz", gz=True)
 
 
 def search_atom(request: Request) -> Response:
@@ -229,8 +261,10 @@ def page_routes() -> list[Route]:
         Route("/search.atom", search_atom),
         Route("/style.css", style),
         Route("/m/{mid}/html", html_frame),
+        Route("/m/{mid}/raw", raw),
         Route("/m/{mid}", message_page),
         Route("/t/{mid}/mbox", thread_mbox),
+        Route("/t/{mid}.mbox.gz", thread_mbox_gz),
         Route("/t/{mid}", thread_page),
     ]
 

@@ -1,6 +1,7 @@
 """What a server must have, whatever it serves: loopback by default, a token for
 any other address, the ``Host`` header checked (DNS rebinding), no state changed
-by GET, and the headers every response carries.
+by GET (a POST only where ``serve --sync`` offers one, ``pipeline.web.writes``,
+which checks its CSRF token), and the headers every response carries.
 
 The token: a file of mode 0600 (``--token-file``) holding one line. A request
 carries it as ``Authorization: Bearer TOKEN``, or as the ``mailledger_token``
@@ -87,10 +88,18 @@ def read_token_file(path: Path) -> str:
 class Guard:
     """ASGI middleware: the Host check, the token, the method rule and the headers."""
 
-    def __init__(self, app: ASGIApp, *, hosts: Sequence[str], token: str | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        hosts: Sequence[str],
+        token: str | None,
+        posts: frozenset[str] = frozenset(),
+    ) -> None:
         self.app = app
         self.hosts = frozenset(h.lower() for h in hosts)
         self.token = token
+        self.posts = posts  # the paths that take a POST (``serve --sync``: writes.POSTS)
 
     def _host_ok(self, host: str) -> bool:
         host = host.lower()
@@ -132,9 +141,12 @@ class Guard:
                 " use the address it listens on",
                 status_code=400,
             )
-        if scope["method"] not in _SAFE_METHODS:
-            # read-only: nothing changes state here, and nothing takes a POST
-            return PlainTextResponse("405: this server is read-only", status_code=405)
+        if scope["method"] not in _SAFE_METHODS and not (
+            scope["method"] == "POST" and scope["path"] in self.posts
+        ):
+            # nothing else changes state, and GET never does (its CSRF token: writes.py)
+            why = "this server is read-only" if not self.posts else "GET and HEAD only here"
+            return PlainTextResponse(f"405: {why}", status_code=405)
         if scope["path"] == "/login" and self.token is not None:
             return _login(scope, self.token)
         if not self._token_ok(headers):

@@ -10,9 +10,9 @@ assigns seq contiguously. Every file carries a digest of its rows
 
 Compaction writes a merged file first and removes the small ones after; while
 both exist, readers take the file that covers the wider range, so no reader
-ever sees an event twice or misses one. Each append also merges one run of
-small files, if the log has one (``stores.log.tiers``): the number of files
-follows the events, not the commits.
+ever sees an event twice or misses one. Each append also has one run of small
+files merged (``stores.log.tiers``), on a thread and outside the writer lock
+(``stores.log.merging``): the number of files follows the events.
 
 ``check()`` runs when a store is opened: every file must be whole (a truncated
 or damaged file is refused with its name). A file is digest-checked in full the
@@ -54,8 +54,8 @@ from stores.log.files import (
     file_name,
     stat_key,
 )
+from stores.log.merging import SmallFiles
 from stores.log.reading import read_after, read_at
-from stores.log.tiers import LIMITS, next_merge
 
 __all__ = ["EventLog"]
 
@@ -63,20 +63,16 @@ log = logging.getLogger("mailledger.log")
 
 _BARE_SCHEMA = SCHEMA.remove_metadata()
 
-_RECENT_ROWS = 20_000
-"""Rows of the small files it wrote that an ``EventLog`` keeps for their merge."""
-
 
 class EventLog:
     """Append-only, crash-safe Parquet log with a global contiguous ``seq``."""
 
     def __init__(self, root: Path, *, durable: bool = True, merge_small: bool = True) -> None:
-        """``merge_small``: each append merges a run of small files (``tiers``); off
-        only where a test needs every commit's file kept."""
+        """``merge_small``: off only where a test needs every commit's file kept."""
         self.root = Path(root)
         self.durable = durable
         self.merge_small = merge_small
-        self._recent: dict[str, pa.Table] = {}  # (see ``_remember``)
+        self.small = SmallFiles(self)  # the merges of small files, and their rows
         # the writer lock is reentrant for the thread holding it (a purge appends
         # and rewrites under one lock); other threads wait as other processes do
         self._lock_owner: int | None = None
@@ -127,7 +123,7 @@ class EventLog:
                 except BlockingIOError:
                     if time.monotonic() > deadline:
                         raise LockTimeout(f"{self.root}: writer lock held elsewhere") from None
-                    time.sleep(0.02)
+                    time.sleep(0.002)  # (a commit holds it ~10 ms: 20 ms polls doubled waits)
             self._lock_owner = threading.get_ident()
             try:
                 yield
@@ -143,6 +139,10 @@ class EventLog:
             return self.fence.take(holder, producer)
 
     # -- writing ------------------------------------------------------------
+    def settle(self) -> None:
+        """Until the small-file merges this log's commits asked for are made."""
+        self.small.wait()
+
     def append(
         self,
         events: Sequence[Event],
@@ -194,58 +194,22 @@ class EventLog:
             last = first + len(events) - 1
             self._write(table, first, last, [f.name for f in files], epoch=stamp, producer=producer)
             self.fence.committed(cursors, last)
-            self._remember(file_name(first, last), table)
-            self._merge_small([*files, LogFile(first, last, self.root, file_name(first, last))])
+            self.small.remember(file_name(first, last), table)
+        self.small.after_commit()  # (on a thread, outside the lock: ``stores.log.merging``)
         return table
 
-    def _remember(self, name: str, table: pa.Table) -> None:
-        """Keep the rows of small file ``name`` that this process just wrote, for the
-        merge that will take it: an import merges its 1,000-event files ten at a
-        time, and reading each back and checking its digest cost 0.39 s a merge
-        (rows never out of this process's hands need no check). At most
-        ``_RECENT_ROWS`` rows are kept, the oldest let go first."""
-        if not self.merge_small or table.num_rows >= LIMITS[-1]:
-            return
-        recent = self._recent
-        recent[name] = table.replace_schema_metadata(None)
-        while sum(t.num_rows for t in recent.values()) > _RECENT_ROWS:
-            del recent[next(iter(recent))]
-
-    def _merge_small(self, files: Sequence[LogFile]) -> None:
-        """Merge the next run of small files of the log whose files are ``files``
-        (``tiers.next_merge``), if it has one; under the lock. The append has
-        committed already: a merge that fails (a damaged file, a full disk) leaves
-        every file as it was and is tried again at the next append."""
-        run = next_merge(files) if self.merge_small else None
-        if run is None:
-            return
-        try:
-            merged = self._merge(run, "merging small files", [f.name for f in files])
-        except Exception as exc:  # (never the append's failure: it has committed)
-            log.warning("%s: small log files not merged: %s", self.root, exc)
-            return
-        self._remember(file_name(run[0].first, run[-1].last), merged)
-
-    def _merge(
-        self, run: Sequence[LogFile], doing: str, present: Sequence[str] | None = None
-    ) -> pa.Table:
+    def _merge(self, run: Sequence[LogFile], doing: str) -> None:
         """Replace the consecutive files ``run`` with one file of their rows (those
-        this process remembers, else read back and checked); returns the rows. The
-        merged file is durable before the small ones go. Under the lock."""
-        recent = self._recent
-        merged = pa.concat_tables(
-            [
-                recent.pop(f.name, None)
-                or self.read_checked(f, doing).replace_schema_metadata(None)
-                for f in run
-            ]
-        )
-        self._write(merged, run[0].first, run[-1].last, present)
+        this process holds, else read back and checked). The merged file is
+        durable before the small ones go. Under the lock (a compaction)."""
+        merged = self.small.rows(run, doing)
+        tmp = self.write_temp(merged, run[0].first, run[-1].last)
+        self.put_in_place(tmp, run[0].first, run[-1].last)
+        self.small.forget([f.name for f in run])
         for f in run:
             f.path.unlink()
         if self.durable:
             fsync_dir(self.root)
-        return merged
 
     def _write(
         self,
@@ -258,12 +222,24 @@ class EventLog:
         producer: str | None = None,
         replace: bool = False,
     ) -> Path:
-        """Write ``table`` as the file of seqs ``first``..``last``. ``present``: the
-        other log files as the caller listed them under the lock (None: list them).
-        ``epoch``: the writer epoch stamped on it (None: the store's), with the
-        ``producer`` whose epoch it is, if any. The file is
-        created only if absent, unless ``replace`` (a purge's rewrite of its rows)."""
-        self._recent.pop(file_name(first, last), None)  # (a rewrite: other rows now)
+        """``table`` as the file of seqs ``first``..``last`` (``write_temp``, ``put_in_place``)."""
+        tmp = self.write_temp(table, first, last, epoch=epoch, producer=producer)
+        return self.put_in_place(tmp, first, last, present, replace=replace)
+
+    def write_temp(
+        self,
+        table: pa.Table,
+        first: int,
+        last: int,
+        *,
+        epoch: int | None = None,
+        producer: str | None = None,
+        prefix: str = ".tmp-",
+    ) -> Path:
+        """``table`` as the rows of seqs ``first``..``last``, in a durable temporary
+        file named ``prefix``FIRST-LAST-PID. ``epoch``: the writer epoch stamped on
+        it (None: the store's), with the ``producer`` whose epoch it is, if any."""
+        self.small.forget([file_name(first, last)])  # (a rewrite: other rows now)
         if epoch is None:
             epoch = self.fence.current().epoch
         meta = {
@@ -276,14 +252,16 @@ class EventLog:
         if producer is not None:
             meta[PRODUCER_KEY] = producer.encode()
         table = table.replace_schema_metadata({**(SCHEMA.metadata or {}), **meta})
-        final = self.root / file_name(first, last)
         # No ".parquet" suffix: a crashed writer's file must not match the
         # documented glob `read_parquet('log/*.parquet')` (DuckDB matches dotfiles).
-        tmp = self.root / f".tmp-{first}-{last}-{os.getpid()}"
+        tmp = self.root / f"{prefix}{first}-{last}-{os.getpid()}"
         try:
             with open(tmp, "wb", opener=lambda p, fl: os.open(p, fl, 0o600)) as fh:
                 arrow.parquet().write_table(
-                    table, fh, compression="zstd", row_group_size=max(1, table.num_rows)
+                    table,
+                    fh,
+                    compression="zstd",
+                    row_group_size=max(1, table.num_rows),
                 )
                 fh.flush()
                 if self.durable:
@@ -293,6 +271,22 @@ class EventLog:
             if isinstance(exc, OSError):
                 raise OSError(exc.errno, f"cannot write the log: {exc.strerror}", str(tmp)) from exc
             raise
+        return tmp
+
+    def put_in_place(
+        self,
+        tmp: Path,
+        first: int,
+        last: int,
+        present: Sequence[str] | None = None,
+        *,
+        replace: bool = False,
+    ) -> Path:
+        """Give the finished ``tmp`` its name as the file of ``first``..``last``:
+        created only if absent, unless ``replace`` (a purge's rewrite of its rows).
+        ``present``: the other log files as the caller listed them under the lock
+        (None: list them). Under the lock."""
+        final = self.root / file_name(first, last)
         if replace:
             os.replace(tmp, final)
         else:
@@ -337,6 +331,10 @@ class EventLog:
             fresh[f.name] = key
         if fresh != cache:
             self._checked.save(fresh)
+
+    def checked_files(self) -> dict[str, list[int]]:
+        """Files found whole, or written whole: name -> ``stat_key`` then."""
+        return self._checked.load()
 
     def check_file(self, f: LogFile) -> str | None:
         """What is wrong with file ``f`` (None when whole and untampered)."""
@@ -427,8 +425,9 @@ class EventLog:
         No event or seq changes. The merged file is durable before the small
         ones are removed, and readers prefer the wider file meanwhile.
         """
+        self.small.wait()  # (before the lock: a merge under way waits for it)
         with self.lock():
-            self._recent.clear()
+            self.small.forget(list(self.small.recent))
             self._remove_leftovers()
             files = self.files()
             before = len(files)

@@ -17,8 +17,10 @@ cheapest merge first). Like the levels of a log-structured merge tree: ten
 one-event files make one of ten events, ten of those one of a hundred, and so
 on; an event is rewritten at most once per level (four times), and a merge
 holds fewer than ``FANOUT`` x 10,000 = 100,000 events in memory. One merge per
-append bounds the work any one commit does (a store with thousands of small
-files catches up over later commits, or at once with ``mailledger compact``).
+append bounds the work each commit asks for (a store with thousands of small
+files catches up over later commits, or at once with ``mailledger compact``). The
+merge is made on a thread, outside the writer lock (``stores.log.merging``): no
+commit waits for one.
 
 What stays: files of 10,000 events or more are never merged here (an import of
 1,000,000 messages, committed 1,000 at a time, ends as 100 files of 10,000),

@@ -56,6 +56,7 @@ def fill(log: EventLog, batches: Sequence[int]) -> list[Event]:
     for size in batches:
         batch = [deleted(len(out) + i) for i in range(size)]
         log.append(batch)
+        log.settle()  # (its merge made before the next commit: the counts are exact)
         out.extend(batch)
     return out
 
@@ -387,6 +388,7 @@ def test_a_merge_that_cannot_read_a_file_leaves_the_append_and_every_file_as_the
     before = files_on_disk(log)
     log = EventLog(log.root)  # (another process: not one that wrote these rows itself)
     log.append([deleted(18)])  # the tenth small file: its run would be merged now
+    log.settle()
     assert seqs(log) == list(range(1, 20))
     assert files_on_disk(log) == [*before, f"{19:020d}-{19:020d}.parquet"]
     assert victim.name in caplog.text and "not merged" in caplog.text
@@ -402,6 +404,7 @@ def test_a_merge_takes_the_rows_a_rewrite_put_in_place_not_those_first_written(
         new = _set_column(log.read_checked(f), "actor", ["purge"] * 2)
         log.rewrite(f, new)
     log.append([deleted(18)])  # merged now, from rows this process still holds
+    log.settle()
     assert len(log.files()) == 1
     assert log.read(columns=["actor"]).column("actor").to_pylist()[6:8] == ["purge"] * 2
     assert log.verify() == []
@@ -749,8 +752,9 @@ def test_log_files_are_private(tmp_path: Path) -> None:
         os.umask(old)
     assert stat.S_IMODE(log.root.stat().st_mode) == 0o700
     names = sorted(p.name for p in log.root.iterdir())
-    # .lock, the two log files, and .checked.json (the open-time check's cache)
-    assert ".lock" in names and ".checked.json" in names and len(names) == 4
+    # .lock, .merge-lock (the small-file merges'), the two log files, and
+    # .checked.json (the open-time check's cache)
+    assert {".lock", ".merge-lock", ".checked.json"} <= set(names) and len(names) == 5
     for p in log.root.iterdir():
         assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
 

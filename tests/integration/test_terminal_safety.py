@@ -234,6 +234,7 @@ COMMANDS: dict[str, Callable[[Hostile], list[Row]]] = {
     "serve": lambda h: [
         (("serve", "status"), 1, None),  # (no server: says so, names the store)
         (("serve", "stop"), 0, None),
+        (("serve", "--listen", f"evil{CLEAR}.example:8025"), 2, "evil␛[2J.example"),
     ],
     "publish": lambda h: [
         (("publish", "delta", S(h.tmp / "t")), 0, "store: seq 0 -> "),

@@ -4,6 +4,7 @@ read-only), through Starlette's TestClient over a real store in tmp_path."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -69,7 +70,8 @@ def test_api_search_answers_as_search_format_json_does(
     want = _cli_json(
         capsys, store_path, "search", "*", f"--output={output}", "--format=json", "--sort=oldest"
     )
-    assert got.json() == want
+    # (count: the number in an object, `{"count": N}`, as issue 37 names it)
+    assert got.json() == ({"count": want} if output == "count" else want)
     assert want  # (4 messages: no empty answer compared)
 
 
@@ -101,6 +103,15 @@ def test_api_raw_and_part_are_the_bytes_of_show_raw_and_show_part(
     assert part.content == b"hello"
     assert part.headers["content-type"] == "application/octet-stream"
     assert client.get(f"/api/v1/messages/{_p(HOSTILE_ID)}/parts/99").status_code == 404
+    # the singular names too, and the page's own raw download
+    for path in (f"/api/v1/message/{_p(HOSTILE_ID)}/raw", f"/m/{_p(HOSTILE_ID)}/raw"):
+        assert client.get(path).content == raw, path
+    assert client.get(f"/api/v1/message/{_p(HOSTILE_ID)}").json() == (
+        client.get(f"/api/v1/messages/{_p(HOSTILE_ID)}").json()
+    )
+    assert client.get(f"/api/v1/thread/{_p(ROOT_ID)}").json() == (
+        client.get(f"/api/v1/threads/{_p(ROOT_ID)}").json()
+    )
 
 
 def test_a_download_is_named_by_the_mail_filename_rule_never_raw(client: TestClient) -> None:
@@ -156,6 +167,10 @@ def test_the_search_mbox_download_is_the_bytes_mailledger_export_writes(
     assert got.content.count(b"\nFrom ") + 1 == 4
     thread = client.get(f"/t/{_p(ROOT_ID)}/mbox")
     assert thread.content.count(b"From ") >= 3 and QUOTE_ID.encode() not in thread.content
+    gz = client.get(f"/t/{_p(ROOT_ID)}.mbox.gz")
+    assert gz.headers["content-type"] == "application/gzip"
+    assert ".mbox.gz" in gz.headers["content-disposition"]
+    assert gzip.decompress(gz.content) == thread.content  # (httpx leaves it compressed)
 
 
 # -- the pages: hostile mail inert ------------------------------------------------
@@ -373,13 +388,13 @@ def test_a_writer_in_another_process_commits_while_the_app_serves(
 ) -> None:
     """The projection file is never held between requests: an import in another
     process commits (and folds) between two requests, and the next one sees it."""
-    assert client.get("/api/v1/search", params={"q": "*", "output": "count"}).json() == 4
+    assert client.get("/api/v1/search", params={"q": "*", "output": "count"}).json() == {"count": 4}
     assert client.get(f"/m/{_p(ROOT_ID)}").status_code == 200
     mbox = tmp_path / "new.mbox"
     mbox.write_bytes(b"From ada Mon Jul  1 09:00:00 2024\n" + plain("late@example.org", "later"))
     done = _run("--store", str(store_path), "import", "mbox", str(mbox), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert client.get("/api/v1/search", params={"q": "*", "output": "count"}).json() == 5
+    assert client.get("/api/v1/search", params={"q": "*", "output": "count"}).json() == {"count": 5}
     assert client.get("/api/v1/messages/late%40example.org").status_code == 200
 
 
