@@ -6,11 +6,16 @@ STORE  ?= $(or $(MAILLEDGER_STORE),$(CURDIR)/demo-store)
 
 .PHONY: venv demo test fuzz replay bench bench-scale delta-spike delta-chaos delta-checks fencing-chaos scale-sim bench-cluster bench-cluster-reads lint torture interop man clean screenshots
 
+# The editable install puts the source tree on sys.path with a plain .pth line
+# (editable_mode=compat): setuptools' default, an import finder, costs every Python
+# process 15-20 ms at start (pathlib, importlib.util, fnmatch, re), which a served
+# command's whole wall (docs/serve.md, "Figures") and every bench figure would pay
+# and an installed mailledger does not.
 $(BIN)/mailledger: pyproject.toml
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { echo "python3 -m venv is missing: apt-get install -y python3-venv" >&2; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	@touch $@
 
 venv: $(BIN)/mailledger
@@ -51,8 +56,9 @@ PEERS_INSTALL = if { ! command -v notmuch || ! command -v mu; } >/dev/null 2>&1 
 	fi
 
 # Both benchmarks: import / replay / lookups, then notmuch new, mu index and mailledger
-# import side by side with the search language's counts against notmuch's (bench.run),
-# then the IMAP sync against mbsync on a loopback Dovecot (bench.sync_bench; isync and
+# import side by side with the search language's counts against notmuch's, then served
+# `search --output count` beside `notmuch count` on the same mail (bench.run,
+# bench.serve_bench; BENCH_ARGS="--no-serve" without it), then the IMAP sync against mbsync on a loopback Dovecot (bench.sync_bench; isync and
 # dovecot from apt-get when run as root and missing). SYNC_BENCH_ARGS="--runs 1" for a
 # quick one; BENCH_ARGS="--no-peers" without notmuch and mu.
 bench: venv

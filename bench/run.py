@@ -6,9 +6,13 @@ floor any importer pays). Nothing here gates CI; it prints.
 
 Then notmuch and mu beside mailledger on the same corpus (``bench.peers``):
 indexing it, and the counts of every field and operator of the search language
-against notmuch's (``--no-peers`` to skip).
+against notmuch's (``--no-peers`` to skip). Last, ``mailledger serve`` answering
+whole ``search --output count`` commands on the store, beside ``notmuch count`` of
+the same queries on the same mail (``bench.serve_bench``; ``--no-serve`` to skip;
+without the peers, no notmuch column).
 
     python -m bench.run [--messages 100000] [--data bench-data] [--seed 1] [--no-peers]
+        [--no-serve]
 """
 
 from __future__ import annotations
@@ -220,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--samples", type=int, default=1000)
     ap.add_argument("--no-peers", action="store_true", help="no notmuch / mu comparison")
+    ap.add_argument("--no-serve", action="store_true", help="no mailledger serve figures")
     ns = ap.parse_args(argv)
 
     ns.data.mkdir(parents=True, exist_ok=True)
@@ -311,8 +316,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{'ok' if ok else 'MISSED'}"
         )
     peers = None if ns.no_peers else compare(maildir, ns.data / "peers")
+    served = None
+    if not ns.no_serve:
+        from bench.serve_bench import serve_figures
+
+        notmuch = ns.data / "peers" / "notmuch"  # (bench.peers indexed the corpus there)
+        served = serve_figures(store, notmuch if (notmuch / "config").exists() else None)
     print(
-        json.dumps({"figures": figures, "peers": peers}),
+        json.dumps({"figures": figures, "peers": peers, "serve": served}),
         file=sys.stderr if os.isatty(1) else sys.stdout,
     )
     return 0

@@ -150,12 +150,22 @@ def _the_host() -> _Host:
         return _host
 
 
-def start_instance() -> None:
+def start_instance(spill_for: Path | None = None) -> duckdb.DuckDBPyConnection:
     """Start this process's DuckDB instance now, before any file is held: a served
     store's spare worker pays the 20-60 ms while it waits for a command, not after
-    the command came. (A process that forks must not call it: an instance does not
-    survive a fork.)"""
-    _the_host()
+    the command came. ``spill_for``: a projection file the process is to read (not
+    opened here): its spill directory and a reader's threads are set now, as
+    ``connect`` would (queries off the command's path). Returns a cursor on the
+    instance's own in-memory database (to warm it up; close it). (A process that
+    forks must not call it: an instance does not survive a fork.)"""
+    host = _the_host()
+    if spill_for is not None:
+        with host.lock:
+            _spill_beside(host, os.path.abspath(spill_for) + ".tmp")
+            if host.threads != int(READER_THREADS):
+                host.con.execute(f"SET threads = {READER_THREADS}")
+                host.threads = int(READER_THREADS)
+    return host.con.cursor()
 
 
 @contextlib.contextmanager

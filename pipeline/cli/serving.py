@@ -117,12 +117,13 @@ def _ask(point: protocol.Endpoint, request: dict[str, Any]) -> dict[str, Any] | 
     sock = connect(point)
     if sock is None:
         return None
-    with sock:
-        try:
-            protocol.send_msg(sock, request)
-            reply, _ = protocol.recv_msg(sock)
-        except (OSError, protocol.ProtocolError):
-            return None
+    try:
+        protocol.send_msg(sock, request)
+        reply, _ = protocol.recv_msg(sock)
+    except (OSError, protocol.ProtocolError):
+        return None
+    finally:
+        sock.close()
     return reply
 
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.serve import protocol
 from pipeline.serve.children import Child
-from pipeline.serve.worker import FALLBACK, spare
+from pipeline.serve.worker import FALLBACK, prepare, spare
 from stores.atomic import replace_file
 from stores.errors import MailledgerError
 
@@ -51,6 +51,7 @@ log = logging.getLogger("mailledger-serve")  # (not under "mailledger": a comman
 
 _MESSAGE_TIMEOUT = 5.0  # seconds a client may take to finish a message it began
 _KILL_AFTER = 3.0  # seconds a cancelled command has to end before SIGKILL
+_SPARE_AFTER = 0.5  # seconds into a command its successor's spare is forked at the latest
 
 
 class ServerRunning(MailledgerError):
@@ -64,7 +65,10 @@ def log_path(env: Mapping[str, str], point: protocol.Endpoint) -> Path:
     return Path(base) / "mailledger" / f"serve-{point.key}.log"
 
 
-# what the reading commands import, found by running them (the rest comes on demand)
+# what the reading commands import, found by running them (the rest comes on demand:
+# a module a worker imports late, every worker imports again; the modules new in
+# sys.modules after each read command, forked as here, were none but
+# projections.fulltext.index, 3-4 ms of every text search's worker, now here)
 _PRELOAD = (
     "apsw",
     "duckdb",
@@ -80,6 +84,7 @@ _PRELOAD = (
     "pipeline.store",
     "projections.fold",
     "projections.fulltext",
+    "projections.fulltext.index",
     "projections.projector",
     "projections.queries",
     "projections.queries.fulltext",
@@ -100,6 +105,7 @@ def preload() -> None:
 
     for name in _PRELOAD:
         importlib.import_module(name)
+    prepare()
 
 
 @dataclass
@@ -297,8 +303,9 @@ class Server:
             elif op == "run" and len(fds) == 3:
                 reply = await self._run(conn, request, fds)
                 fds = []
-                with contextlib.suppress(OSError):
-                    protocol.send_msg(conn, reply)
+                if reply is not None:  # (else the worker answered the client)
+                    with contextlib.suppress(OSError):
+                        protocol.send_msg(conn, reply)
             else:
                 protocol.send_msg(conn, {"ok": False, "reason": f"unknown request {op!r}"})
         except (OSError, protocol.ProtocolError, KeyError, TypeError, ValueError) as exc:
@@ -335,20 +342,28 @@ class Server:
             _kill(pid, signal.SIGTERM)
             os.waitpid(pid, 0)
 
-    def _hand_over(self, request: Mapping[str, Any], fds: list[int]) -> int:
-        """Give ``request`` and the client's descriptors to a spare worker; its pid."""
+    def _hand_over(
+        self, request: Mapping[str, Any], fds: list[int], conn: socket.socket
+    ) -> tuple[int, socket.socket]:
+        """Give ``request``, the client's descriptors (closed here) and its connection
+        (``conn``: the worker answers on it) to a spare worker; its pid and channel."""
         try:
             for _ in range(2):  # (a spare that died meanwhile: another, once)
                 pid, channel = self._spare or self._fork_spare()
                 self._spare = None
                 try:
-                    with channel:
-                        protocol.send_msg(channel, request, fds=fds)
-                    return pid
+                    protocol.send_msg(channel, request, fds=[*fds, conn.fileno()])
+                    return pid, channel
                 except OSError as exc:
-                    log.warning("worker %d would not take the command: %s", pid, exc)
+                    channel.close()
                     _kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
+                    _, status = os.waitpid(pid, 0)
+                    log.warning(
+                        "worker %d would not take the command: %s (%s)",
+                        pid,
+                        exc,
+                        _ended(status),
+                    )
             raise OSError("no worker would take the command")
         finally:
             for fd in fds:
@@ -356,13 +371,32 @@ class Server:
 
     async def _run(
         self, conn: socket.socket, request: Mapping[str, Any], fds: list[int]
-    ) -> dict[str, Any]:
-        """Fork the command's child, cancel it when the client asks (or goes), and
-        answer its exit code."""
+    ) -> dict[str, Any] | None:
+        """Hand the command to a worker, cancel it when the client asks (or goes), and
+        answer its exit code, unless the worker answered the client itself (None).
+
+        A worker answers the client itself as the command ends, before its own exit
+        (``worker.answer``: DuckDB's threads and a large process's pages take
+        milliseconds to tear down) and without this process in between; it tells
+        this process first, on its channel, so that the client closing its end then
+        is not taken for a client gone mid-command."""
         loop = asyncio.get_running_loop()
-        pid = self._hand_over(request, fds)
+        pid, channel = self._hand_over(request, fds, conn)
+        channel.setblocking(False)
+        answered: list[dict[str, Any]] = []
+
+        def worker_answered() -> bool:
+            if not answered:
+                with contextlib.suppress(OSError, protocol.ProtocolError):
+                    answered.append(protocol.recv_msg(channel)[0])
+            return bool(answered)
+
         self._commands += 1
-        loop.call_soon(self._keep_spare)  # (the next command's, while this one runs)
+        # The next command's spare is forked when this one ends (or, when it runs
+        # long, a moment after it began): its warm-up (DuckDB's instance, 20-50 ms of
+        # CPU) beside the command slowed the command on two cores (p50 of a served
+        # count at 100,000 messages 10-30 ms slower, commands back to back or not).
+        spare_later = loop.call_later(_SPARE_AFTER, self._keep_spare)
         log.info("pid %d: %s", pid, " ".join(request["argv"])[:200])
         done: asyncio.Future[int] = loop.create_future()
         self._active[pid] = done
@@ -380,6 +414,8 @@ class Server:
             nonlocal kill
             loop.remove_reader(conn.fileno())
             if done.done():  # (ended already: its pid may be another process's by now)
+                return
+            if worker_answered():  # (the client has its answer and closed: no cancel)
                 return
             with contextlib.suppress(OSError, protocol.ProtocolError):
                 protocol.recv_msg(conn)
@@ -404,19 +440,31 @@ class Server:
         loop.add_reader(conn.fileno(), cancel)
         try:
             code = await done
+            worker_answered()  # (read before the channel is closed)
         finally:
             with contextlib.suppress(ValueError, OSError):
                 loop.remove_reader(conn.fileno())
             os.close(pidfd)
+            channel.close()
             if kill is not None:
                 kill.cancel()
             del self._active[pid]
+            spare_later.cancel()
+            loop.call_soon(self._keep_spare)  # (after the answer is sent)
         log.info("pid %d: exit %d", pid, code)
+        if answered:
+            return None
         if code == FALLBACK:
             return {"fallback": "another store"}
         if killed:  # (cancelled: the client says so, as the command would have)
             return {"exit": 130, "killed": True}
         return {"exit": code}
+
+
+def _ended(status: int) -> str:
+    """How a worker ended (its wait status), said for the log."""
+    code = os.waitstatus_to_exitcode(status)
+    return f"exit {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
 
 
 def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
