@@ -14,6 +14,7 @@ import pipeline
 from pipeline.held_code import HeldCode
 from pipeline.ingest import RunCounts
 from pipeline.reports import FolderReport
+from pipeline.serve import protocol
 from stores.blobs import BlobStore
 from stores.events import CursorMoved, Event, MessageSeen, UidvalidityChanged
 from stores.purge import PurgeReport
@@ -62,3 +63,12 @@ RunCounts.bytes_read
 # spec's has_location (``__file__`` set from the origin).
 HeldCode.exec_module
 importlib.machinery.ModuleSpec.has_location
+
+# CPython's C JSON scanner (``_json.make_scanner``) reads these attributes of the
+# context object it is given (``pipeline.serve.protocol._Reading``).
+protocol._Reading.strict
+protocol._Reading.object_hook
+protocol._Reading.object_pairs_hook
+protocol._Reading.parse_float
+protocol._Reading.parse_int
+protocol._Reading.parse_constant
