@@ -11,13 +11,15 @@ brought up) unless ``--in-place``, and served by ``mailledger serve --listen
 2. One client, one request at a time: ``--single`` message pages and search pages,
    p50/p95 (issue 37: "a message page <= 30 ms").
 3. ``--clients`` closed-loop clients (asyncio, an ``httpx.AsyncClient`` each, one
-   keep-alive connection each: a request as soon as the previous one answered) for
+   keep-alive connection each: a request as soon as the previous one answered, or
+   ``--think`` s later on average, as a person reading the page would) for
    ``--duration`` seconds after ``--warmup`` seconds, over a mix of the search page,
    the API's search (summary and count), the message page, the thread page and the
    API's message; per kind and overall the requests, errors (a status other than
    200, or no answer within 30 s), p50/p95/p99 and requests/s; the processes'
    peak RSS while it ran, the load average, this process's own CPU.
-4. Idle again after the load: RSS and PSS.
+4. Idle again after the load: RSS and PSS 3 s after it and ``--settle`` s later
+   (the allocators give back what they freed after a delay).
 
 Gates (issue 37): 0 errors and p99 <= 250 ms under the load; a message page p95 <=
 30 ms; the served store's idle memory (the PSS of the server and its children, the
@@ -257,7 +259,12 @@ def sequential(base: str, ids: list[str], runs: int) -> dict[str, dict[str, floa
 
 
 async def _client(
-    base: str, ids: list[str], seed: int, until: float, record: Callable[[str, float, bool], None]
+    base: str,
+    ids: list[str],
+    seed: int,
+    until: float,
+    record: Callable[[str, float, bool], None],
+    think: float,
 ) -> None:
     rng = random.Random(seed)
     kinds = [k for k, _ in MIX]
@@ -274,11 +281,16 @@ async def _client(
             except httpx.HTTPError:
                 ok = False
             record(kind, time.perf_counter() - t0, ok)
+            if think:  # (a person reading the page: exponential, mean ``think`` s)
+                await asyncio.sleep(rng.expovariate(1 / think))
 
 
-def load(base: str, ids: list[str], clients: int, warmup: float, duration: float) -> dict[str, Any]:
-    """``clients`` closed-loop clients: ``warmup`` seconds unrecorded, then
-    ``duration`` seconds recorded."""
+def load(
+    base: str, ids: list[str], clients: int, warmup: float, duration: float, think: float = 0.0
+) -> dict[str, Any]:
+    """``clients`` closed-loop clients (each pausing ``think`` s on average between an
+    answer and its next request): ``warmup`` seconds unrecorded, then ``duration``
+    seconds recorded."""
     times: dict[str, list[float]] = {k: [] for k, _ in MIX}
     errors: dict[str, int] = {k: 0 for k, _ in MIX}
     recording = False
@@ -294,7 +306,8 @@ def load(base: str, ids: list[str], clients: int, warmup: float, duration: float
         start = time.monotonic()
         until = start + warmup + duration
         tasks = [
-            asyncio.create_task(_client(base, ids, 100 + i, until, record)) for i in range(clients)
+            asyncio.create_task(_client(base, ids, 100 + i, until, record, think))
+            for i in range(clients)
         ]
         await asyncio.sleep(warmup)
         recording = True
@@ -375,9 +388,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--warmup", type=float, default=5.0)
+    ap.add_argument(
+        "--think",
+        type=float,
+        default=0.0,
+        help="seconds a client pauses between an answer and its next request, on average"
+        " (exponential; default 0: each request as soon as the previous one answered)",
+    )
     ap.add_argument("--single", type=int, default=200, help="sequential requests of each kind")
     ap.add_argument(
         "--serve-arg", action="append", default=[], help="passed to serve (--serve-arg=--X=Y)"
+    )
+    ap.add_argument(
+        "--settle", type=float, default=20.0, help="seconds more before the last idle figure"
     )
     ap.add_argument("--json", type=Path, help="the results written here too")
     args = ap.parse_args(argv)
@@ -391,7 +414,12 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copytree(source, store, symlinks=True)
             print(f"copied {source} to {store} in {time.monotonic() - t0:.1f} s")
         ids = _sample_ids(store, 500)
-        result: dict[str, Any] = {"store": str(source), "serve_args": args.serve_arg}
+        result: dict[str, Any] = {
+            "store": str(source),
+            "serve_args": args.serve_arg,
+            "clients": args.clients,
+            "think_s": args.think,
+        }
         result["load_start"] = os.getloadavg()
         served = Served(store, tmp, args.serve_arg)
         try:
@@ -405,12 +433,13 @@ def main(argv: list[str] | None = None) -> int:
                     f"one client, {args.single} x {kind}: p50 {s['p50_ms']:.1f} ms,"
                     f" p95 {s['p95_ms']:.1f} ms  [load {_load()}]"
                 )
+            pause = f", pausing {args.think:g} s on average" if args.think else ""
             print(
-                f"{args.clients} closed-loop clients, {args.warmup:.0f} s warm-up then"
+                f"{args.clients} closed-loop clients{pause}, {args.warmup:.0f} s warm-up then"
                 f" {args.duration:.0f} s  [load at start {_load()}]"
             )
             with _peak_memory(served) as peak:
-                run = load(served.base, ids, args.clients, args.warmup, args.duration)
+                run = load(served.base, ids, args.clients, args.warmup, args.duration, args.think)
             result["load"] = run
             result["load_end"] = os.getloadavg()
             result["peak_rss_total"] = peak["rss_total"]
@@ -427,13 +456,16 @@ def main(argv: list[str] | None = None) -> int:
                 f" {run['client_cpu_s']:.1f} s of {run['elapsed_s']:.0f} s]"
             )
             time.sleep(3.0)
+            result["idle_after_3s"] = soon = served.memory()
+            _print_memory("idle, 3 s after the load", soon)
+            time.sleep(args.settle)
             result["idle_after"] = after = served.memory()
-            _print_memory("idle, after the load", after)
+            _print_memory(f"idle, {3 + args.settle:.0f} s after the load", after)
         finally:
             served.stop()
     overall = run["overall"]
-    # (idle memory: the larger of before and after the load, when the web children
-    # have their DuckDB instances and caches)
+    # (idle memory: the larger of before the load and --settle s after it, when the
+    # web children have their DuckDB instances and what their allocators kept)
     idle_pss = max(idle["pss_total"], after["pss_total"])
     idle_rss = max(idle["rss_total"], after["rss_total"])
     gates = {
