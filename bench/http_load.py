@@ -458,9 +458,12 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(3.0)
             result["idle_after_3s"] = soon = served.memory()
             _print_memory("idle, 3 s after the load", soon)
-            time.sleep(args.settle)
-            result["idle_after"] = after = served.memory()
-            _print_memory(f"idle, {3 + args.settle:.0f} s after the load", after)
+            after = soon
+            if args.settle:
+                time.sleep(args.settle)
+                after = served.memory()
+                _print_memory(f"idle, {3 + args.settle:.0f} s after the load", after)
+            result["idle_after"] = after
         finally:
             served.stop()
     overall = run["overall"]
