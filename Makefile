@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STORE  ?= $(or $(MAILLEDGER_STORE),$(CURDIR)/demo-store)
 
-.PHONY: venv demo test fuzz replay bench bench-scale delta-spike delta-chaos delta-checks fencing-chaos scale-sim bench-cluster bench-cluster-reads lint torture interop man clean screenshots
+.PHONY: venv demo test fuzz replay bench bench-http bench-scale delta-spike delta-chaos delta-checks fencing-chaos scale-sim bench-cluster bench-cluster-reads lint torture interop man clean screenshots
 
 # The editable install puts the source tree on sys.path with a plain .pth line
 # (editable_mode=compat): setuptools' default, an import finder, costs every Python
@@ -60,7 +60,8 @@ PEERS_INSTALL = if { ! command -v notmuch || ! command -v mu; } >/dev/null 2>&1 
 # `search --output count` beside `notmuch count` on the same mail (bench.run,
 # bench.serve_bench; BENCH_ARGS="--no-serve" without it), then the IMAP sync against mbsync on a loopback Dovecot (bench.sync_bench; isync and
 # dovecot from apt-get when run as root and missing). SYNC_BENCH_ARGS="--runs 1" for a
-# quick one; BENCH_ARGS="--no-peers" without notmuch and mu.
+# quick one; BENCH_ARGS="--no-peers" without notmuch and mu. Last, issue 37's HTTP
+# targets against `serve --listen` (bench.http_load, about 2 minutes; below).
 bench: venv
 	@$(PEERS_INSTALL)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
@@ -69,6 +70,16 @@ bench: venv
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq isync dovecot-imapd) >/dev/null 2>&1 || true; \
 	fi
 	$(BIN)/python -m bench.sync_bench $(SYNC_BENCH_ARGS)
+	$(BIN)/python -m bench.http_load $(HTTP_BENCH_ARGS)
+
+# Issue 37's HTTP targets (bench/http_load.py): `serve --listen` on a copy of a store of
+# 10,000 generated messages (built once under bench-data/http-load-10000/), idle memory,
+# one client's message and search pages, then 50 closed-loop clients for 60 s over a mix
+# of pages and API calls: errors, p50/p95/p99 per kind, requests/s, RSS, the load
+# average. About 2 minutes once the store is built. HTTP_BENCH_ARGS="--store DIR" for
+# another store (copied first; --in-place serves it where it is), "--duration 20".
+bench-http: venv
+	$(BIN)/python -m bench.http_load $(HTTP_BENCH_ARGS)
 
 # Every figure at two store sizes side by side, with its cost per message at each and
 # the growth of that cost (bench.scale): default 100,000 and 1,000,000 messages, about

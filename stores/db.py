@@ -8,11 +8,19 @@ to it for each hold, DETACHing it on release: starting a DuckDB instance costs
 13-25 ms here, an ATTACH about 1 ms, and a sync holds the file once or twice
 per batch (25 holds for 10,000 messages: half a second of instances). Detaching
 closes the file and releases its lock exactly as closing a connection did.
+
+A writer says it wants the file before it waits for it: it holds ``flock(LOCK_EX)``
+on ``<file>.intent`` from before its ATTACH until its DETACH. A reader that keeps
+the file across many operations (``serve --listen``'s web children, while requests
+queue) asks ``writer_waiting`` before each and lets go when one does, then
+``wait_for_writer``: without it, readers taking turns from several processes could
+keep the file held by one of them at every instant a writer tried.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import os
 import threading
@@ -35,9 +43,12 @@ __all__ = [
     "default_budget",
     "duckdb_share",
     "fresh_instances",
+    "intent_path",
     "parse_size",
     "release",
     "start_instance",
+    "wait_for_writer",
+    "writer_waiting",
 ]  # fmt: skip
 
 # A sync run from cron should stay small: DuckDB would otherwise size its buffer
@@ -219,13 +230,96 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def intent_path(path: Path | str) -> str:
+    """The file a writer of ``path`` holds a ``flock`` on while it wants or holds it."""
+    return os.path.abspath(path) + ".intent"
+
+
+def _announce(key: str, deadline: float) -> int:
+    """This process wants ``key`` for writing: ``LOCK_EX`` on its intent file (a
+    writer before us holds it until it is done), the descriptor holding it."""
+    fd = os.open(intent_path(key), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    delay = 0.002
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise LockTimeout(
+                        f"{key}: another process is writing it (its intent held)"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def writer_waiting(path: Path | str) -> bool:
+    """True when a writer (another process, or another hold of this one) wants or
+    holds ``path``: its intent file is locked."""
+    try:
+        fd = os.open(intent_path(path), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False  # (no writer has ever held it)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # (and the probe's lock with it)
+    return False
+
+
+def wait_for_writer(path: Path | str, timeout: float = 30.0) -> bool:
+    """Wait until no writer wants or holds ``path`` (at most ``timeout`` s: then
+    False, and the caller's ATTACH waits as any would)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.002
+    while writer_waiting(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    return True
+
+
 def connect(path: Path, *, read_only: bool, timeout: float = 30.0) -> duckdb.DuckDBPyConnection:
     """Hold the projection database (release it with ``release``), waiting up to
-    ``timeout`` s for another process."""
+    ``timeout`` s for another process. A writer announces itself first
+    (``<file>.intent``), so that readers keeping the file let go."""
     key = os.path.abspath(path)
     host = _host_for(key)
     deadline = time.monotonic() + timeout
     delay = 0.01
+    intent: int | None = None
+    if not read_only:
+        with host.lock:
+            held = host.attached.get(key)
+        if held is None:  # (held here already: for writing, announced; for reading, refused)
+            intent = _announce(key, deadline)
+    try:
+        return _attach(host, key, path, read_only, deadline, delay, intent)
+    except BaseException:
+        with host.lock:
+            kept = any(h[3] == intent for h in host.attached.values())
+        if intent is not None and not kept:
+            os.close(intent)
+        raise
+
+
+def _attach(
+    host: _Host,
+    key: str,
+    path: Path,
+    read_only: bool,
+    deadline: float,
+    delay: float,
+    intent: int | None,
+) -> duckdb.DuckDBPyConnection:
+    timeout = deadline - time.monotonic()
     while True:
         try:
             with host.lock:
@@ -254,14 +348,14 @@ def connect(path: Path, *, read_only: bool, timeout: float = 30.0) -> duckdb.Duc
                     host.con.execute(
                         f"ATTACH {_quote(key)} AS {alias}" + (" (READ_ONLY)" if read_only else "")
                     )
-                    host.attached[key] = [alias, read_only, 1]
+                    host.attached[key] = [alias, read_only, 1, intent]
                     host.alias_path[alias] = key
             break
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                 if "lock" in str(exc).lower():
                     raise LockTimeout(
-                        f"{path}: held by another process for {timeout:.0f}s"
+                        f"{path}: held by another process for {max(timeout, 0):.0f}s"
                     ) from exc
                 raise
             time.sleep(delay)
@@ -294,7 +388,11 @@ def release(con: duckdb.DuckDBPyConnection) -> None:
         if held[2] == 0:
             del host.attached[key]
             del host.alias_path[alias]
-            host.con.execute(f"DETACH {alias}")
+            try:
+                host.con.execute(f"DETACH {alias}")
+            finally:
+                if held[3] is not None:
+                    os.close(held[3])  # (the intent: readers may hold the file again)
 
 
 @contextlib.contextmanager

@@ -80,12 +80,32 @@ def _serve(args: argparse.Namespace, point: protocol.Endpoint) -> int:
         )
 
     try:
-        server = Server(point, log_file, idle_exit=args.idle_exit, listen=listen, sync=sync)
+        server = Server(
+            point,
+            log_file,
+            idle_exit=args.idle_exit,
+            listen=listen,
+            http_children=_http_children(args),
+            sync=sync,
+        )
         server.run(ready)
     finally:
         serve_log.removeHandler(handler)
         handler.close()
     return EXIT_OK
+
+
+def _http_children(args: argparse.Namespace) -> int:
+    """``--http-children`` (default: one per core, at most 4)."""
+    if args.http_children is None:
+        from pipeline.serve.http_child import default_http_children
+
+        return default_http_children()
+    if args.listen is None:
+        raise UsageError("--http-children goes with --listen HOST:PORT")
+    if not 1 <= args.http_children <= 64:
+        raise UsageError(f"--http-children: 1 to 64, not {args.http_children}")
+    return int(args.http_children)
 
 
 def _children_asked(args: argparse.Namespace) -> tuple[Listen | None, SyncChild | None]:
@@ -139,7 +159,7 @@ def _status(args: argparse.Namespace, point: protocol.Endpoint) -> int:
         output.echo(f"{key}: {info.get(key)}")
     output.echo(f"uptime: {_duration(float(info.get('uptime', 0)))}")
     if "listen" in info:
-        output.echo(f"listen: http://{info['listen']}/ ({_child(info['http'])})")
+        output.echo(f"listen: http://{info['listen']}/ ({_web_children(info['http'])})")
     if "sync" in info:
         sync = info["sync"]
         ran = "never yet"
@@ -161,6 +181,17 @@ def _child(info: dict[str, Any]) -> str:
     if again is not None:
         when = f", starting again in {_duration(math.ceil(max(0.0, float(again) - time.time())))}"
     return f"not running: last exit {info.get('last_exit')}{when}"
+
+
+def _web_children(info: dict[str, Any]) -> str:
+    """The web children as status shows them: their pids, and those not running."""
+    pids = info.get("pids") or []
+    said = f"pid{'s' if len(pids) > 1 else ''} {', '.join(str(p) for p in pids)}"
+    missing = int(info.get("children", 1)) - len(pids)
+    if not missing:
+        return said
+    down = _child({**info, "pid": None})
+    return f"{said}; {missing} {down}" if pids else down
 
 
 def _ago(when: float) -> str:
@@ -217,6 +248,13 @@ def add_serve(subs: Any) -> None:
         metavar="HOST:PORT",
         help="serve the archive in a browser and the JSON API there too (as `mailledger"
         " web` does, in a child of the server); any but loopback needs --token-file",
+    )
+    p.add_argument(
+        "--http-children",
+        type=int,
+        metavar="N",
+        help="--listen: N processes answer HTTP on the address, side by side (default:"
+        " one per core, at most 4)",
     )
     p.add_argument(
         "--allow-host",

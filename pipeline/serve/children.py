@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Child", "fork_child"]
+__all__ = ["Child", "describe_group", "fork_child"]
 
 log = logging.getLogger("mailledger-serve")
 
@@ -119,6 +119,7 @@ class Child:
     started: float | None = None  # (wall clock: status shows it)
     starts: int = 0
     last_exit: int | None = None
+    ended: float | None = None  # (wall clock: when it last exited)
     next_start: float | None = None
     _task: asyncio.Task[None] | None = field(default=None, repr=False)
 
@@ -219,7 +220,7 @@ class Child:
                 loop.remove_reader(read_end)
             os.close(read_end)
             self.pid = None
-        self.last_exit = code
+        self.last_exit, self.ended = code, time.time()
         log.info("%s: pid %d exit %d", self.name, pid, code)
         return code
 
@@ -268,3 +269,23 @@ async def _exited(pid: int) -> int:
 def _signal(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
+
+
+def describe_group(children: Sequence[Child]) -> dict[str, Any]:
+    """Children doing the same work (``serve --listen``'s web children) as status
+    shows them: ``pids`` of those running (``pid``: the first, None when none
+    runs), every start, the last exit seen and the next start; ``each`` child's own."""
+    each = [child.describe() for child in children]
+    pids = [d["pid"] for d in each if d["pid"] is not None]
+    ended = [c for c in children if c.last_exit is not None]
+    last = max(ended, key=lambda c: c.ended or 0.0) if ended else None
+    starts = [d["next_start"] for d in each if d["next_start"] is not None]
+    return {
+        "pid": pids[0] if pids else None,
+        "pids": pids,
+        "children": len(children),
+        "starts": sum(d["starts"] for d in each),
+        "last_exit": last.last_exit if last is not None else None,
+        "next_start": min(starts) if starts else None,
+        "each": each,
+    }

@@ -1,5 +1,8 @@
 """``serve --listen``: the web app (``pipeline.web``, as ``mailledger web`` runs it)
-in a child of the server, on a socket the server bound once and keeps.
+in children of the server (``--http-children N``), each on a socket of its own the
+server bound once and keeps (several: ``SO_REUSEPORT``, the kernel spreading new
+connections across them, ``pipeline.web.running.bind``); connections made while a
+child restarts wait in its socket's backlog.
 
 The child opens the store as ``mailledger web`` does; the server never does (see
 ``pipeline.serve.server``). Each request tells the server it came (a byte on a
@@ -22,24 +25,60 @@ from pipeline.serve import protocol
 from pipeline.serve.children import Child, fork_child
 from pipeline.web.running import Listen
 
-__all__ = ["ask_sync", "http_child"]
+__all__ = ["ask_sync", "default_http_children", "http_children", "preload_web"]
 
 _GRACE = 15.0  # seconds the app has to finish its requests after SIGTERM
 _TELL_EVERY = 1.0  # seconds between two "a request came" bytes to the server
 
 
-def http_child(
+def default_http_children() -> int:
+    """One web child per core, at most 4: each answers its requests' reads one at a
+    time (a ``MessageStore`` is one process's), so the cores answer side by side."""
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+def preload_web() -> None:
+    """Import the web app's libraries and compile its templates in the server, once,
+    before any web child is forked: the children share those pages (copy-on-write)
+    instead of each importing its own, and a restarted one answers sooner. (Pure
+    Python: no thread, no DuckDB; safe to fork after.)"""
+    from pipeline.web import create_app  # noqa: F401
+    from pipeline.web.pages import compile_templates
+    from pipeline.web.running import preload_server
+
+    compile_templates()
+    preload_server()
+
+
+def http_children(
     listen: Listen,
-    sock: socket.socket,
+    sockets: list[socket.socket],
     store: Path,
     point: protocol.Endpoint,
     activity: int,
     *,
     csrf_secret: bytes,
     sync: bool,
+) -> list[Child]:
+    """A supervised child serving the web app on each of ``sockets`` (``http-1``,
+    ``http-2``...): a request writes a byte to ``activity``; ``sync``: the app offers
+    "sync now"."""
+    return [
+        _http_child(f"http-{k}", listen, sock, store, point, activity, csrf_secret, sync)
+        for k, sock in enumerate(sockets, 1)
+    ]
+
+
+def _http_child(
+    name: str,
+    listen: Listen,
+    sock: socket.socket,
+    store: Path,
+    point: protocol.Endpoint,
+    activity: int,
+    csrf_secret: bytes,
+    sync: bool,
 ) -> Child:
-    """The supervised child serving the web app on ``sock``: a request writes a byte
-    to ``activity``; ``sync``: the app offers "sync now"."""
 
     def serve() -> int:
         from pipeline.web import create_app
@@ -58,7 +97,7 @@ def http_child(
     def spawn(output: int) -> int:
         return fork_child(serve, keep=[sock.fileno(), activity], output=output)
 
-    return Child("http", spawn, grace=_GRACE)
+    return Child(name, spawn, grace=_GRACE)
 
 
 def ask_sync(point: protocol.Endpoint) -> dict[str, Any]:

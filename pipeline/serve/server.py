@@ -1,14 +1,12 @@
 """``mailledger serve``: the long-running process that owns a store and answers the
 command line over its socket (``pipeline.serve.protocol``).
 
-The process imports what commands need (the parser, DuckDB, pyarrow, SQLite)
-once, opens nothing, and forks a child per command (``pipeline.serve.worker``):
-the child starts with everything imported, opens the store as the command line
-does, writes to the client's own stdout and stderr, and exits with the command's
-code, which the server sends back. Commands run side by side as separate
-processes do today; the store's fence serializes writers, DuckDB is held
-read-write only for the moment of an apply, so reads keep working while a
-forwarded ``sync`` or ``import`` writes.
+The process imports what commands need once, opens nothing, and forks a child
+per command (``pipeline.serve.worker``), which opens the store as the command
+line does, writes to the client's own stdout and stderr and answers with the
+command's exit code. Commands run side by side as separate processes: the fence
+serializes writers, and DuckDB is held read-write only for an apply, so reads
+keep working while a forwarded ``sync`` or ``import`` writes.
 
 Fork, not threads: DuckDB and pyarrow are not safe to fork once they hold
 connections or worker threads, so the parent never opens a store or runs a
@@ -36,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.serve import protocol
-from pipeline.serve.children import Child
+from pipeline.serve.children import Child, describe_group
 from pipeline.serve.worker import FALLBACK, prepare, spare
 from stores.atomic import replace_file
 from stores.errors import MailledgerError
@@ -116,7 +114,8 @@ class Server:
     point: protocol.Endpoint
     log_file: Path
     idle_exit: float | None = None
-    listen: Listen | None = None  # (--listen: the web app in a child, ``http_child``)
+    listen: Listen | None = None  # (--listen: the web app in children, ``http_children``)
+    http_children: int = 1  # (--http-children: how many)
     sync: SyncChild | None = None  # (--sync: the store's writer in a child, ``sync_child``)
     started: float = field(default_factory=time.time)
     _active: dict[int, asyncio.Future[int]] = field(default_factory=dict)
@@ -124,7 +123,7 @@ class Server:
     _stop: asyncio.Event | None = None
     _spare: tuple[int, socket.socket] | None = None
     _commands: int = 0
-    _http: Child | None = None
+    _http: list[Child] = field(default_factory=list)
     _csrf_secret: bytes = field(default_factory=lambda: os.urandom(32))  # (over restarts)
 
     def describe(self) -> dict[str, Any]:
@@ -140,7 +139,7 @@ class Server:
             "running": len(self._active),
             "commands": self._commands,
             **({"listen": self.listen.address} if self.listen is not None else {}),
-            **({"http": self._http.describe()} if self._http is not None else {}),
+            **({"http": describe_group(self._http)} if self._http else {}),
             **({"sync": self.sync.describe()} if self.sync is not None else {}),
         }
 
@@ -167,6 +166,10 @@ class Server:
             listener.listen(64)
             listener.setblocking(False)
             preload()
+            if web:
+                from pipeline.serve.http_child import preload_web
+
+                preload_web()
             gc.freeze()  # (the workers share these pages: the collector would copy them all)
             replace_file(Path(self.point.info), json.dumps(self.describe()).encode(), durable=False)
             log.info("serving %s on %s (pid %d)", self.point.store, self.point.socket, os.getpid())
@@ -174,33 +177,34 @@ class Server:
             asyncio.run(self._main(listener, web))
         finally:
             listener.close()
-            if web is not None:
-                web.close()
+            for sock in web:
+                sock.close()
             for path in (self.point.socket, self.point.info):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
             log.info("stopped")
 
-    def _bind_web(self) -> socket.socket | None:
-        """``--listen``'s socket, bound here once (an address in use: an error now,
-        exit 1); the web app's child serves it, and a restarted one the same."""
+    def _bind_web(self) -> list[socket.socket]:
+        """``--listen``'s sockets (one per web child), bound here once (an address
+        in use: an error now, exit 1); each web child serves its own, and a
+        restarted one the same."""
         if self.listen is None:
-            return None
+            return []
         from pipeline.web.running import bind
 
         try:
-            return bind(self.listen)
+            return bind(self.listen, self.http_children)
         except OSError as exc:
             why = exc.strerror or exc
             raise MailledgerError(f"--listen {self.listen.address}: {why}") from None
 
-    def _start_children(self, web: socket.socket | None) -> list[Child]:
-        """The web app's child and the sync's, started and supervised."""
+    def _start_children(self, web: list[socket.socket]) -> list[Child]:
+        """The web app's children and the sync's, started and supervised."""
         assert self._stop is not None
         loop = asyncio.get_running_loop()
         children: list[Child] = []
-        if web is not None and self.listen is not None:
-            from pipeline.serve.http_child import http_child
+        if web and self.listen is not None:
+            from pipeline.serve.http_child import http_children
 
             heard, tell = os.pipe()
             os.set_blocking(heard, False)
@@ -212,7 +216,7 @@ class Server:
                         self._last = time.monotonic()
 
             loop.add_reader(heard, activity)
-            self._http = http_child(
+            self._http = http_children(
                 self.listen,
                 web,
                 Path(self.point.store),
@@ -221,7 +225,7 @@ class Server:
                 csrf_secret=self._csrf_secret,
                 sync=self.sync is not None,
             )
-            children.append(self._http)
+            children.extend(self._http)
         if self.sync is not None:
             children.append(self.sync.child)
         for child in children:
@@ -238,7 +242,7 @@ class Server:
         log.info("sync: asked to run now (pid %d)", pid)
         return {"ok": True, "pid": pid}
 
-    async def _main(self, listener: socket.socket, web: socket.socket | None) -> None:
+    async def _main(self, listener: socket.socket, web: list[socket.socket]) -> None:
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):

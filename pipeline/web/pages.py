@@ -21,7 +21,7 @@ from pipeline.web.html_part import FRAME_CSP, html_of, sanitized
 from pipeline.web.reads import Reads, locked_iter, search_plan
 from pipeline.web.writes import csrf_token
 
-__all__ = ["PAGE_SIZE", "compose_query", "page_routes", "render"]
+__all__ = ["PAGE_SIZE", "compile_templates", "compose_query", "page_routes", "render"]
 
 PAGE_SIZE = 50  # matches on a page, and entries in a feed
 # the form's date presets, each a term of the search language
@@ -50,6 +50,13 @@ def _templates() -> Any:
     env.filters["body"] = functools.partial(page_text, newlines=True)
     env.filters["idp"] = id_path
     return env
+
+
+def compile_templates() -> None:
+    """Compile every template now (a server that forks its web children after)."""
+    env = _templates()
+    for name in env.list_templates():
+        env.get_template(name)
 
 
 def render(name: str, status: int = 200, media_type: str = "text/html", **values: Any) -> Response:

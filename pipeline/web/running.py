@@ -5,6 +5,7 @@ security rules (loopback without a token, any other address only with one), the
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from typing import Any
 from pipeline.web.security import allowed_hosts_for, is_loopback, read_token_file
 from stores.errors import UsageError
 
-__all__ = ["Listen", "bind", "listen_settings", "parse_listen", "run_app"]
+__all__ = ["Listen", "bind", "listen_settings", "parse_listen", "preload_server", "run_app"]
 
 
 @dataclass(frozen=True)
@@ -58,12 +59,73 @@ def listen_settings(listen: str, token_file: str | None, allow_host: Sequence[st
     return Listen(host, port, token, hosts)
 
 
-def bind(listen: Listen) -> socket.socket:
-    """A socket listening on ``listen``'s address (``OSError``: in use, not this
-    machine's): ``serve --listen`` binds it once, so that a restarted app takes the
-    same socket and connections made meanwhile wait in its backlog."""
-    family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
-    return socket.create_server((listen.host, listen.port), family=family, backlog=256)
+def bind(listen: Listen, count: int = 1) -> list[socket.socket]:
+    """``count`` sockets listening on ``listen``'s address (``OSError``: in use, not
+    this machine's): ``serve --listen`` binds them once, so that a restarted app
+    takes the same socket and connections made meanwhile wait in its backlog.
+
+    Several (``serve --http-children N``): each a child's, bound with
+    ``SO_REUSEPORT``, so that the kernel spreads new connections evenly across
+    them (one shared socket let whichever child woke first accept every
+    connection a burst brought, and a keep-alive connection stays with the child
+    that accepted it). A plain bind first, closed again, proves the address free:
+    the group is ours alone (the kernel admits to it sockets of the same user that
+    set ``SO_REUSEPORT``, which nothing else on the address then holds)."""
+    address = (listen.host, listen.port)
+    if count == 1:
+        return [_listening(address)]
+    _listening(address, backlog=1).close()
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sockets.append(_listening(address, reuse_port=True))
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def _listening(
+    address: tuple[str, int], *, backlog: int = 256, reuse_port: bool = False
+) -> socket.socket:
+    """A TCP socket listening on ``address``, made with ``IPPROTO_TCP`` named: asyncio
+    sets ``TCP_NODELAY`` only on connections accepted from such a socket (its
+    ``proto``), and without it a keep-alive response written in two pieces (head,
+    body) waited for the client's delayed ACK: 40 ms a request (``socket.create_server``
+    leaves ``proto`` 0)."""
+    family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind(address)
+        sock.listen(backlog)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def preload_server() -> None:
+    """Import what ``run_app`` imports as it starts (uvicorn, its HTTP protocol and
+    event loop setup), for a process that forks the servers after."""
+    import importlib
+
+    for name in (
+        "uvicorn",
+        "uvicorn.config",
+        "uvicorn.server",
+        "uvicorn.lifespan.on",
+        "uvicorn.loops.asyncio",
+        "uvicorn.protocols.http.h11_impl",
+        "uvicorn.protocols.websockets.auto",
+        "anyio._backends._asyncio",
+    ):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
 
 
 def run_app(app: Any, listen: Listen, *, sockets: list[socket.socket] | None = None) -> None:

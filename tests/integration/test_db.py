@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import duckdb
@@ -169,3 +170,45 @@ def test_a_second_file_is_held_after_the_first_one_spilled_to_disk(
         again = db.connect(first, read_only=True)  # (the first file's own instance again)
         assert again.execute("SELECT sum(x) FROM t").fetchall() == [(1,)]
         db.release(again)
+
+
+def test_a_writer_announces_itself_while_it_waits_and_holds_and_not_after(
+    tmp_path: Path,
+) -> None:
+    """``writer_waiting``, as another process sees it: true from before a writer's
+    ATTACH (it waits for a reader that keeps the file) until its release."""
+    path = tmp_path / "p.duckdb"
+    _new_db(path)
+    probe = f"from stores import db; print(db.writer_waiting({str(path)!r}))"
+
+    def seen() -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert seen() == "False"  # (no writer yet: no intent file even)
+    reader = db.connect(path, read_only=True)  # a reader keeping the file...
+    waiting = subprocess.Popen(
+        [sys.executable, "-c", "from stores import db; import sys;"
+         f" c = db.connect({str(path)!r}, read_only=False, timeout=60);"
+         " print('held', flush=True); sys.stdin.readline(); db.release(c)"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not db.writer_waiting(path):  # ...sees the writer waiting for it
+            assert time.monotonic() < deadline, "no intent seen"
+        db.release(reader)  # (and lets go)
+        assert waiting.stdout is not None and waiting.stdout.readline() == "held\n"
+        assert seen() == "True"  # held: still announced
+        assert not db.wait_for_writer(path, timeout=0.2)
+    finally:
+        assert waiting.stdin is not None
+        waiting.stdin.write("\n")
+        waiting.stdin.close()
+        assert waiting.wait(timeout=60) == 0
+        if waiting.stdout is not None:
+            waiting.stdout.close()
+    assert seen() == "False" and db.wait_for_writer(path, timeout=1)
