@@ -10,11 +10,9 @@ keep working while a forwarded ``sync`` or ``import`` writes.
 
 Fork, not threads: DuckDB and pyarrow are not safe to fork once they hold
 connections or worker threads, so the parent never opens a store or runs a
-query; it is one thread (pyarrow's allocator starts a background thread at
-import, which jemalloc's fork handlers take care of). The event loop is
-asyncio's. For the same reason the web app (``--listen``) and the sync
-(``--sync``) run in long-lived children it supervises (``pipeline.serve.children``),
-never on its own loop.
+query; it is one thread (pyarrow's allocator thread is covered by jemalloc's
+fork handlers) on asyncio's loop. So the web app (``--listen``) and the sync
+(``--sync``) run in long-lived children it supervises (``pipeline.serve.children``).
 """
 
 from __future__ import annotations
