@@ -206,6 +206,7 @@ def test_purge_rebuilds_the_projection_file_from_scratch(
         "fulltext.sqlite",
         "log",
         "projections.duckdb",
+        "projections.duckdb.intent",  # (the lock a writer announces itself by)
         "store.json",
     ]
 
