@@ -47,6 +47,7 @@ from stores.log.files import (
     FIRST_KEY,
     LAST_KEY,
     PRODUCER_KEY,
+    ROW_GROUP_ROWS,
     VERSION_KEY,
     Listing,
     LogDirectory,
@@ -261,7 +262,7 @@ class EventLog:
                     table,
                     fh,
                     compression="zstd",
-                    row_group_size=max(1, table.num_rows),
+                    row_group_size=ROW_GROUP_ROWS,
                 )
                 fh.flush()
                 if self.durable:

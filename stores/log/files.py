@@ -17,6 +17,7 @@ __all__ = [
     "FIRST_KEY",
     "LAST_KEY",
     "PRODUCER_KEY",
+    "ROW_GROUP_ROWS",
     "VERSION_KEY",
     "Listing",
     "LogDirectory",
@@ -33,6 +34,13 @@ LAST_KEY = b"mailledger.last_seq"
 VERSION_KEY = b"mailledger.schema_version"
 EPOCH_KEY = b"mailledger.epoch"  # the writer epoch of the committer (stores.fence)
 PRODUCER_KEY = b"mailledger.producer"  # whose epoch it is, when not the store's
+ROW_GROUP_ROWS = 1_000
+"""Events per Parquet row group of a log file. Reading one event's columns (a
+message's headers for ``show`` or its web page: ``read_at``, a filter on seq)
+decodes the row groups that hold it, not the file: one row's headers cost 53 ms
+from a 10,000-event file written as one row group, 3.4 ms from row groups of
+1,000 (the file 2% larger, a whole read as fast); from a compacted file of
+100,000 events as one row group it would cost ten times 53 ms."""
 # how long after its last change a directory's listing may be kept (see ``listed``)
 _SETTLED_NS = 2_000_000_000
 

@@ -771,3 +771,27 @@ def test_file_metadata_tells_its_seq_range_schema_version_and_digest(log: EventL
     digest = meta[b"mailledger.digest"]  # format v2: "v2:" and a sha256 in hex
     assert digest.startswith(b"v2:") and len(digest) == 67
     assert pc.all(pc.equal(log.read().column("type"), "message-deleted")).as_py()
+
+
+def test_a_log_file_is_written_in_row_groups_so_one_event_is_read_without_the_rest(
+    tmp_path: Path,
+) -> None:
+    """``read_at`` (a message's headers for ``show``) decodes the row groups that
+    hold the events asked for: a file is written in row groups of
+    ``ROW_GROUP_ROWS`` events, whatever its size."""
+    from stores.log.files import ROW_GROUP_ROWS
+
+    log = EventLog(tmp_path / "log", durable=False, merge_small=False)
+    fill(log, [ROW_GROUP_ROWS * 2 + 500])
+    (f,) = log.files()
+    meta = pq.ParquetFile(f.path).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [
+        ROW_GROUP_ROWS,
+        ROW_GROUP_ROWS,
+        500,
+    ]
+    got = log.read_at([ROW_GROUP_ROWS + 7], ["message_id"])
+    assert got.to_pylist() == [
+        {"seq": ROW_GROUP_ROWS + 7, "message_id": f"m{ROW_GROUP_ROWS + 6}@example.org"}
+    ]
+    assert log.verify() == []
