@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pipeline.clock import Clock, SystemClock, new_run_id
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pipeline.sources.pop3 import Pop3Source
     from pipeline.store import MessageStore
 
-__all__ = ["App", "Sources"]
+__all__ = ["App", "KeptStores", "Sources"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,15 @@ class Sources:
 
     imap: Callable[[Account, str], ImapSource]
     pop3: Callable[[Account, str], Pop3Source]
+
+
+class KeptStores(Protocol):
+    """Stores a process keeps open from one run to the next: the store at ``path``
+    as this run's (its clock and run id), or None when it keeps no such store."""
+
+    def __call__(
+        self, path: Path, *, clock: Clock, run_id: str, check: bool
+    ) -> MessageStore | None: ...
 
 
 class App:
@@ -42,16 +51,18 @@ class App:
         *,
         clock: Clock | None = None,
         sources: Sources | None = None,
+        kept: KeptStores | None = None,
     ) -> None:
         self.env = env
         self.clock: Clock = clock or SystemClock()
         self.run_id = new_run_id(self.clock)
         self._sources = sources
+        self._kept = kept
 
     def next_run(self) -> App:
         """The next run of the same process (each ``sync --watch`` cycle is a run
         of its own, with its own run id), with this one's clock and sources."""
-        return App(self.env, clock=self.clock, sources=self._sources)
+        return App(self.env, clock=self.clock, sources=self._sources, kept=self._kept)
 
     @cached_property
     def sources(self) -> Sources:
@@ -73,12 +84,17 @@ class App:
         memory: int | None = None,
     ) -> MessageStore:
         """The store at ``path``, writing this run's events; ``memory``: the budget of
-        its rebuilds (None: its default)."""
+        its rebuilds (None: its default). A process given ``kept`` stores (a served
+        command's worker) gets the one it kept open from an earlier command."""
         from pipeline.store import MessageStore
 
-        store = MessageStore.open(
-            path, create=create, check=check, clock=self.clock, run_id=self.run_id
-        )
+        store = None
+        if self._kept is not None and not create:
+            store = self._kept(Path(path), clock=self.clock, run_id=self.run_id, check=check)
+        if store is None:
+            store = MessageStore.open(
+                path, create=create, check=check, clock=self.clock, run_id=self.run_id
+            )
         if memory is not None:
             store.projector.memory_budget = memory
         return store

@@ -10,7 +10,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 
-from pipeline.bootstrap import App
+from pipeline.bootstrap import App, KeptStores
 from pipeline.cli import (
     admin,
     clustering,
@@ -131,12 +131,14 @@ def main(
     *,
     before: Callable[[argparse.Namespace], None] | None = None,
     parser: Parser | None = None,
+    kept: KeptStores | None = None,
 ) -> int:
     """Run the command line; returns the exit code. ``before``: called with the parsed
     arguments before the command runs (``mailledger serve`` checks that a forwarded
     command is for its store). ``parser``: ``build_parser``'s, built ahead (a served
     command's worker inherits the server's: 15-20 ms a command does not spend);
-    used for this one command only."""
+    ``kept``: stores kept open from an earlier
+    command of this process (``App``; a served command's worker)."""
     env = os.environ if env is None else env
     # What a command creates in a store (the DuckDB file and its WAL included) is
     # the owner's alone: 0700 directories, 0600 files. Restored on return (the
@@ -155,7 +157,7 @@ def main(
             held.enter_context(held_code())
         args.parser = parser  # (completion and man describe it)
         args.env = env
-        args.app = App(env)  # the run: its clock, run id, stores and sources
+        args.app = App(env, kept=kept)  # the run: its clock, run id, stores and sources
         args.umask = umask
         logs = LogSetup(args.log_level)  # the verbosity contract: pipeline/verbosity.py
         if args.opens_store:

@@ -84,6 +84,7 @@ def _serve(args: argparse.Namespace, point: protocol.Endpoint) -> int:
             point,
             log_file,
             idle_exit=args.idle_exit,
+            keep_warm=args.keep_warm,
             listen=listen,
             http_children=_http_children(args),
             sync=sync,
@@ -93,6 +94,11 @@ def _serve(args: argparse.Namespace, point: protocol.Endpoint) -> int:
         serve_log.removeHandler(handler)
         handler.close()
     return EXIT_OK
+
+
+def _interval_or_0(text: str) -> float:
+    """``interval``'s, or 0."""
+    return 0.0 if text.strip() in ("0", "0s") else interval(text)
 
 
 def _http_children(args: argparse.Namespace) -> int:
@@ -241,6 +247,15 @@ def add_serve(subs: Any) -> None:
         metavar="DURATION",
         help="stop after no command and no HTTP request for DURATION (30s, 5m, 1h;"
         " default: never); the --sync schedule does not keep it running",
+    )
+    p.add_argument(
+        "--keep-warm",
+        type=_interval_or_0,
+        default=30.0,
+        metavar="DURATION",
+        help="a worker back from a read (search, find, show, thread, stats, cursor)"
+        " keeps the store open for the next one this long (default 30s; 0: every"
+        " command in a new worker); a writer is let in at once meanwhile",
     )
     p.add_argument("--json", action="store_true", help="status as JSON")
     p.add_argument(

@@ -1,12 +1,11 @@
 """``mailledger serve``: the long-running process that owns a store and answers the
 command line over its socket (``pipeline.serve.protocol``).
 
-The process imports what commands need once, opens nothing, and forks a child
-per command (``pipeline.serve.worker``), which opens the store as the command
-line does, writes to the client's own stdout and stderr and answers with the
-command's exit code. Commands run side by side as separate processes: the fence
-serializes writers, and DuckDB is held read-write only for an apply, so reads
-keep working while a forwarded ``sync`` or ``import`` writes.
+The process imports what commands need once, opens nothing, and forks workers
+(``pipeline.serve.worker``) that open the store as the command line does, write
+to the client's own stdout and stderr and answer with the command's exit code; a
+worker back from a read keeps the store for the next (``pipeline.serve.warm``).
+Commands run side by side as separate processes: the fence serializes writers.
 
 Fork, not threads: DuckDB and pyarrow are not safe to fork once they hold
 connections or worker threads, so the parent never opens a store or runs a
@@ -33,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.serve import protocol
 from pipeline.serve.children import Child, describe_group
-from pipeline.serve.worker import FALLBACK, prepare, spare
+from pipeline.serve.spares import Idle, SpareSlot
+from pipeline.serve.worker import FALLBACK, preload, spare
 from stores.atomic import replace_file
 from stores.errors import MailledgerError
 
@@ -61,49 +61,6 @@ def log_path(env: Mapping[str, str], point: protocol.Endpoint) -> Path:
     return Path(base) / "mailledger" / f"serve-{point.key}.log"
 
 
-# what the reading commands import, found by running them (the rest comes on demand:
-# a module a worker imports late, every worker imports again; the modules new in
-# sys.modules after each read command, forked as here, were none but
-# projections.fulltext.index, 3-4 ms of every text search's worker, now here)
-_PRELOAD = (
-    "apsw",
-    "duckdb",
-    "email.policy",
-    "pyarrow.compute",
-    "pyarrow.dataset",
-    "pyarrow.parquet",
-    "zoneinfo",
-    "zstandard",
-    "pipeline.cli.entry",
-    "pipeline.config",
-    "pipeline.render",
-    "pipeline.store",
-    "projections.fold",
-    "projections.fulltext",
-    "projections.fulltext.index",
-    "projections.projector",
-    "projections.queries",
-    "projections.queries.fulltext",
-    "projections.queries.search",
-    "projections.queries.search_sql",
-    "projections.search.language",
-    "projections.search.printing",
-    "projections.fulltext.workers",
-    "stores.blobs",
-    "stores.db",
-    "stores.log",
-)
-
-
-def preload() -> None:
-    """Import what commands spend their start on, once, before any fork."""
-    import importlib
-
-    for name in _PRELOAD:
-        importlib.import_module(name)
-    prepare()
-
-
 @dataclass
 class Server:
     """A store's server: ``run()`` until stopped, idle for ``idle_exit`` seconds, or
@@ -112,6 +69,7 @@ class Server:
     point: protocol.Endpoint
     log_file: Path
     idle_exit: float | None = None
+    keep_warm: float = 0.0  # (--keep-warm: seconds a worker back from a read keeps the store)
     listen: Listen | None = None  # (--listen: the web app in children, ``http_children``)
     http_children: int = 1  # (--http-children: how many)
     sync: SyncChild | None = None  # (--sync: the store's writer in a child, ``sync_child``)
@@ -119,7 +77,7 @@ class Server:
     _active: dict[int, asyncio.Future[int]] = field(default_factory=dict)
     _last: float = field(default_factory=time.monotonic)
     _stop: asyncio.Event | None = None
-    _spare: tuple[int, socket.socket] | None = None
+    _spares: SpareSlot | None = None
     _commands: int = 0
     _http: list[Child] = field(default_factory=list)
     _csrf_secret: bytes = field(default_factory=lambda: os.urandom(32))  # (over restarts)
@@ -255,6 +213,7 @@ class Server:
                 task.add_done_callback(tasks.discard)
 
         loop.add_reader(listener.fileno(), accept)
+        self._spares = SpareSlot(self._fork_spare, self._spare_ended)
         self._keep_spare()
         children = self._start_children(web)
         idle = loop.create_task(self._idle_watch()) if self.idle_exit else None
@@ -267,7 +226,7 @@ class Server:
         if tasks:  # the commands under way end as they would have
             log.info("stopping: %d command(s) to finish", len(tasks))
             await asyncio.wait(tasks)
-        self._drop_spare()
+        self._spares.drop()
 
     async def _idle_watch(self) -> None:
         assert self.idle_exit is not None and self._stop is not None
@@ -318,7 +277,7 @@ class Server:
             conn.close()
             self._last = time.monotonic()
 
-    def _fork_spare(self) -> tuple[int, socket.socket]:
+    def _fork_spare(self) -> Idle:
         """A worker forked now, to wait for a command (``worker.spare``)."""
         for handler in log.handlers:
             handler.flush()
@@ -328,41 +287,42 @@ class Server:
             ours.close()
             for handler in list(log.handlers):
                 log.removeHandler(handler)
-            spare(theirs, Path(self.point.store))
+            spare(theirs, Path(self.point.store), self.keep_warm)
         theirs.close()
-        return pid, ours
+        return Idle(pid, ours)
+
+    def _spare_ended(self, idle: Idle, status: int) -> None:
+        """An idle worker ended (a warm one's keep is over, or it died)."""
+        if idle.warm and os.waitstatus_to_exitcode(status) == 0:
+            log.info("pid %d: idle for --keep-warm, let go of the store", idle.pid)
+        else:
+            log.warning("idle worker %d ended: %s", idle.pid, _ended(status))
+        asyncio.get_running_loop().call_soon(self._keep_spare)
+
+    def _stop_set(self) -> bool:
+        return self._stop is None or self._stop.is_set()
 
     def _keep_spare(self) -> None:
-        if self._spare is None and self._stop is not None and not self._stop.is_set():
-            self._spare = self._fork_spare()
+        if self._spares is not None and not self._stop_set():
+            self._spares.keep()
 
-    def _drop_spare(self) -> None:
-        if self._spare is not None:
-            pid, channel = self._spare
-            self._spare = None
-            channel.close()
-            _kill(pid, signal.SIGTERM)
-            os.waitpid(pid, 0)
-
-    def _hand_over(
-        self, request: Mapping[str, Any], fds: list[int], conn: socket.socket
-    ) -> tuple[int, socket.socket]:
+    def _hand_over(self, request: Mapping[str, Any], fds: list[int], conn: socket.socket) -> Idle:
         """Give ``request``, the client's descriptors (closed here) and its connection
-        (``conn``: the worker answers on it) to a spare worker; its pid and channel."""
+        (``conn``: the worker answers on it) to the spare worker (a warm one first)."""
+        assert self._spares is not None
         try:
             for _ in range(2):  # (a spare that died meanwhile: another, once)
-                pid, channel = self._spare or self._fork_spare()
-                self._spare = None
+                worker = self._spares.take()
                 try:
-                    protocol.send_msg(channel, request, fds=[*fds, conn.fileno()])
-                    return pid, channel
+                    protocol.send_msg(worker.channel, request, fds=[*fds, conn.fileno()])
+                    return worker
                 except OSError as exc:
-                    channel.close()
-                    _kill(pid, signal.SIGKILL)
-                    _, status = os.waitpid(pid, 0)
+                    worker.channel.close()
+                    _kill(worker.pid, signal.SIGKILL)
+                    _, status = os.waitpid(worker.pid, 0)
                     log.warning(
                         "worker %d would not take the command: %s (%s)",
-                        pid,
+                        worker.pid,
                         exc,
                         _ended(status),
                     )
@@ -383,7 +343,8 @@ class Server:
         this process first, on its channel, so that the client closing its end then
         is not taken for a client gone mid-command."""
         loop = asyncio.get_running_loop()
-        pid, channel = self._hand_over(request, fds, conn)
+        worker = self._hand_over(request, fds, conn)
+        pid, channel = worker.pid, worker.channel
         channel.setblocking(False)
         answered: list[dict[str, Any]] = []
 
@@ -392,6 +353,13 @@ class Server:
                 with contextlib.suppress(OSError, protocol.ProtocolError):
                     answered.append(protocol.recv_msg(channel)[0])
             return bool(answered)
+
+        def heard() -> None:  # the worker's answer: it ends, or stays for another command
+            if not worker_answered():
+                loop.remove_reader(channel.fileno())  # (it died: ``ended`` tells)
+            elif answered[0].get("again") and not done.done():
+                loop.remove_reader(channel.fileno())
+                done.set_result(int(answered[0]["exit"]))
 
         self._commands += 1
         # The next command's spare is forked when this one ends (or, when it runs
@@ -440,20 +408,30 @@ class Server:
 
         loop.add_reader(pidfd, ended)
         loop.add_reader(conn.fileno(), cancel)
+        loop.add_reader(channel.fileno(), heard)
+        kept = False
         try:
             code = await done
             worker_answered()  # (read before the channel is closed)
+            kept = bool(answered and answered[0].get("again"))
         finally:
-            with contextlib.suppress(ValueError, OSError):
-                loop.remove_reader(conn.fileno())
+            for fd in (conn.fileno(), pidfd, channel.fileno()):
+                with contextlib.suppress(ValueError, OSError):
+                    loop.remove_reader(fd)
             os.close(pidfd)
-            channel.close()
             if kill is not None:
                 kill.cancel()
             del self._active[pid]
             spare_later.cancel()
+            if kept and self._spares is not None and not self._stop_set():
+                self._spares.give_back(worker)  # (the store kept: the next read's)
+            else:
+                channel.close()
+                if kept:  # (stopping: it is not waited for)
+                    _kill(pid, signal.SIGTERM)
+                    os.waitpid(pid, 0)
             loop.call_soon(self._keep_spare)  # (after the answer is sent)
-        log.info("pid %d: exit %d", pid, code)
+        log.info("pid %d: exit %d%s", pid, code, " (kept)" if kept else "")
         if answered:
             return None
         if code == FALLBACK:

@@ -34,8 +34,9 @@ from pipeline.serve import protocol
 
 if TYPE_CHECKING:
     from pipeline.cli.parsing import Parser
+    from pipeline.serve.warm import WarmStore
 
-__all__ = ["FALLBACK", "prepare", "run_forwarded", "spare"]
+__all__ = ["FALLBACK", "preload", "prepare", "run_forwarded", "spare"]
 
 FALLBACK = 254
 """The child's exit status for "not this server's command" (another store): the
@@ -44,7 +45,7 @@ client runs it in-process. No command exits with it (its codes are 0-3 and 130).
 
 _parser: list[Parser] = []
 """The command line's parser, built once in the server before it forks (plain Python
-objects, safe to fork): each worker parses its one command with its own copy."""
+objects, safe to fork): each worker parses its commands with its own copy."""
 
 
 _SAMPLE = (
@@ -75,6 +76,49 @@ def prepare() -> None:
     _parser[:] = [build_parser({})]
 
 
+# what the reading commands import, found by running them (the rest comes on demand:
+# a module a worker imports late, every worker imports again; the modules new in
+# sys.modules after each read command, forked as here, were none but
+# projections.fulltext.index, 3-4 ms of every text search's worker, now here)
+_PRELOAD = (
+    "apsw",
+    "duckdb",
+    "email.policy",
+    "pyarrow.compute",
+    "pyarrow.dataset",
+    "pyarrow.parquet",
+    "zoneinfo",
+    "zstandard",
+    "pipeline.cli.entry",
+    "pipeline.config",
+    "pipeline.render",
+    "pipeline.store",
+    "projections.fold",
+    "projections.fulltext",
+    "projections.fulltext.index",
+    "projections.projector",
+    "projections.queries",
+    "projections.queries.fulltext",
+    "projections.queries.search",
+    "projections.queries.search_sql",
+    "projections.search.language",
+    "projections.search.printing",
+    "projections.fulltext.workers",
+    "stores.blobs",
+    "stores.db",
+    "stores.log",
+)
+
+
+def preload() -> None:
+    """Import what commands spend their start on, once, before any fork."""
+    import importlib
+
+    for name in _PRELOAD:
+        importlib.import_module(name)
+    prepare()
+
+
 def _warm_instance(store: Path) -> None:
     """In the spare: this process's DuckDB instance started, its spill directory and
     reader threads set for ``store``'s projection file, and its first query run
@@ -91,9 +135,11 @@ def _warm_instance(store: Path) -> None:
         con.close()
 
 
-def spare(channel: socket.socket, store: Path) -> NoReturn:
-    """A spare worker: warm up, then run the one command the server sends on
-    ``channel`` (exit quietly when the server closes it instead)."""
+def spare(channel: socket.socket, store: Path, keep_warm: float = 0.0) -> NoReturn:
+    """A spare worker: warm up, then run the commands the server sends on
+    ``channel``: one, or one read after another with the store kept up to
+    ``keep_warm`` s between them (``pipeline.serve.warm``); exit quietly when the
+    server closes it instead."""
     os.setsid()  # (a Ctrl-C on the server's terminal is the server's: it lets commands end)
     signal.set_wakeup_fd(-1)  # (the server's event loop's, not ours)
     signal.signal(signal.SIGINT, _early_interrupt)  # (a command cancelled before it began)
@@ -101,17 +147,28 @@ def spare(channel: socket.socket, store: Path) -> NoReturn:
     keep = channel.fileno()
     os.closerange(3, keep)  # nothing of the server's: its listener, other clients'
     os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+    from pipeline.serve.warm import WarmStore
+
+    warm = WarmStore(store, keep_warm) if keep_warm > 0 else None
     try:
         _warm_instance(store)
         if not _parser:
             prepare()
-        request, fds = protocol.recv_msg(channel, max_fds=4)
+        while True:
+            request, fds = protocol.recv_msg(channel, max_fds=4)
+            signal.signal(signal.SIGINT, _early_interrupt)
+            code = run_forwarded(request, fds, store, channel, warm)
+            if code is not None:
+                os._exit(code)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a late cancel of the last)
+            _interrupted.clear()
+            if warm is None or not warm.wait(channel):
+                os._exit(0)
     except protocol.ProtocolError:  # (the server closed the channel: no command)
         os._exit(0)
     except BaseException:  # (on the server's stderr: a bug)
         traceback.print_exc()
         os._exit(1)
-    run_forwarded(request, fds, store, channel)
 
 
 _interrupted: list[bool] = []
@@ -122,16 +179,23 @@ def _early_interrupt(*_: object) -> None:
 
 
 def run_forwarded(
-    request: Mapping[str, Any], fds: Sequence[int], store: Path, channel: socket.socket
-) -> NoReturn:
-    """Run ``request`` (a ``run`` message) in this forked child, answer its client
-    (``fds``: its stdin, stdout, stderr and connection) and exit with its code."""
+    request: Mapping[str, Any],
+    fds: Sequence[int],
+    store: Path,
+    channel: socket.socket,
+    warm: WarmStore | None = None,
+) -> int | None:
+    """Run ``request`` (a ``run`` message) in this forked child and answer its client
+    (``fds``: its stdin, stdout, stderr and connection); the exit code this process
+    is to end with, or None when it stays for another command (``warm``)."""
     code = 1
+    clean = False
     try:
         _adopt(request, fds)
         if _interrupted:  # (cancelled while this worker warmed up)
             raise KeyboardInterrupt
-        code = _run(request, store)
+        code = _run(request, store, warm)
+        clean = code != FALLBACK
     except KeyboardInterrupt:
         from pipeline.cli.exits import EXIT_INTERRUPTED
         from pipeline.cli.output import echo
@@ -147,25 +211,30 @@ def run_forwarded(
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(BaseException):
                 stream.flush()
-    answer(code, channel, fds[3] if len(fds) > 3 else None)
-    os._exit(code)
+    again = clean and warm is not None and not _interrupted and warm.again(code)
+    answer(code, channel, fds[3] if len(fds) > 3 else None, again=again)
+    return None if again else code
 
 
-def answer(code: int, channel: socket.socket, client: int | None) -> None:
+def answer(code: int, channel: socket.socket, client: int | None, *, again: bool = False) -> None:
     """Tell the server, then the client (``client``: its connection), how the command
     ended, before this process exits: the client ends as soon as it reads this, not
     after DuckDB's threads and this process's pages are torn down (and without the
     server in between). The client's stdin, stdout and stderr are let go first, so
-    that whoever reads the command's output sees its end with the answer."""
+    that whoever reads the command's output sees its end with the answer. ``again``:
+    this worker stays for another command (the server is told so)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a Ctrl-C now is too late to matter)
-    reply = {"fallback": "another store"} if code == FALLBACK else {"exit": code}
+    reply: dict[str, Any] = {"fallback": "another store"} if code == FALLBACK else {"exit": code}
     with contextlib.suppress(OSError):
         nowhere = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(nowhere, fd)
         os.close(nowhere)
+    for stream in (sys.stdout, sys.stderr):  # (what a failed write left: nowhere, not to
+        with contextlib.suppress(BaseException):  # the next command's client)
+            stream.flush()
     with contextlib.suppress(OSError):
-        protocol.send_msg(channel, reply)  # (first: see ``Server._run``)
+        protocol.send_msg(channel, {**reply, "again": True} if again else reply)
     if client is not None:
         with contextlib.suppress(OSError):
             conn = socket.socket(fileno=client)
@@ -210,15 +279,19 @@ class _OtherStore(Exception):
     """The forwarded command opens another store than the server's."""
 
 
-def _run(request: Mapping[str, Any], store: Path) -> int:
+def _run(request: Mapping[str, Any], store: Path, warm: WarmStore | None) -> int:
     from pipeline.cli.entry import main
 
     def mine(args: argparse.Namespace) -> None:
         if os.path.realpath(_store_of(args)) != str(store):
             raise _OtherStore
+        if warm is not None:
+            warm.command(args.command, args.cluster)
 
+    if warm is not None:
+        warm.reused = False  # (until ``mine`` names the command)
     try:
-        return main(list(request["argv"]), os.environ, before=mine, parser=_parser.pop())
+        return main(list(request["argv"]), os.environ, before=mine, parser=_parser[0], kept=warm)
     except _OtherStore:
         return FALLBACK
 

@@ -5,27 +5,24 @@ projection file is opened by the first of a burst of requests and released when
 the last of them is done, so a process with no request under way holds nothing.
 
 Kept across requests, it is let go at once, between two requests, when a writer
-wants it (``stores.db.writer_waiting``: a ``sync`` or ``import`` in another
-process; the next request waits for that writer to finish), when the log has
-events the file lacks, or when the file was replaced: so a commit made elsewhere
-is seen by the next request, as when each request opened the file. Opening it
-per request cost 4-8 ms of a 10-25 ms request (the ATTACH, the checks of its
-version and of the log, the blocks DuckDB read again) at 10,000 messages."""
+wants it, when the log has events the file lacks, or when the file was replaced
+(``pipeline.keeping``). Opening it per request cost 4-8 ms of a 10-25 ms request
+(the ATTACH, the checks of its version and of the log, the blocks DuckDB read
+again) at 10,000 messages."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pipeline.keeping import Keeper
 from pipeline.store import MessageStore
 from pipeline.terminal import json_escape
-from stores.db import wait_for_writer, writer_waiting
 from stores.errors import UsageError
 
 __all__ = ["Reads", "json_bytes", "locked_iter", "search_plan"]
@@ -41,8 +38,7 @@ class Reads:
         self.lock = threading.Lock()
         self._wanting = 0  # requests of this process in or waiting for ``session``
         self._count = threading.Lock()  # (guards _wanting)
-        self._held: contextlib.ExitStack | None = None  # the session kept across requests
-        self._file: tuple[int, int] | None = None  # the projection file's when it was kept
+        self._kept = Keeper(self.store)  # the projection file, kept across requests
 
     @contextlib.contextmanager
     def session(self) -> Iterator[MessageStore]:
@@ -54,41 +50,19 @@ class Reads:
         with self.lock:
             done = False
             try:
-                self._keep()
+                self._kept.keep()
                 yield self.store
                 done = True
             finally:
                 with self._count:
                     self._wanting -= 1
                     alone = self._wanting == 0
-                if not done or alone or writer_waiting(self.store.projector.db_path):
-                    self._let_go()
+                if not done or alone or self._kept.writer_waiting():
+                    self._kept.let_go()
 
-    def _keep(self) -> None:
-        """Under ``lock``: the session kept, unless what it holds is no longer the
-        store as it stands (a writer waits, the log grew, the file was replaced):
-        then let go, and a writer waited for before the file is opened again."""
-        projector = self.store.projector
-        path = projector.db_path
-        if self._held is not None and (
-            self.store.log.last_seq() != projector.caught_up_seq
-            or _file_id(path) != self._file
-            or writer_waiting(path)
-        ):
-            self._let_go()
-        if self._held is None:
-            if writer_waiting(path):
-                wait_for_writer(path)
-            self._file = _file_id(path)
-            held = contextlib.ExitStack()
-            held.enter_context(self.store.session())
-            self._held = held
-
-    def _let_go(self) -> None:
+    def let_go(self) -> None:
         """Under ``lock``: the projection file released."""
-        held, self._held = self._held, None
-        if held is not None:
-            held.close()
+        self._kept.let_go()
 
     def now(self) -> datetime:
         """The instant relative dates (``date:2w..``) count back from."""
@@ -97,17 +71,8 @@ class Reads:
 
     def close(self) -> None:
         with self.lock:
-            self._let_go()
+            self._kept.let_go()
             self.store.__exit__()
-
-
-def _file_id(path: Path) -> tuple[int, int] | None:
-    """(device, inode) of ``path``: another once a rebuild was renamed over it."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return st.st_dev, st.st_ino
 
 
 def locked_iter(reads: Reads, chunks: Iterable[_T]) -> Iterator[_T]:
@@ -121,7 +86,7 @@ def locked_iter(reads: Reads, chunks: Iterable[_T]) -> Iterator[_T]:
             except StopIteration:
                 return
             finally:
-                reads._let_go()
+                reads.let_go()
                 reads.store.close()
         yield chunk
 
