@@ -397,10 +397,23 @@ def release(con: duckdb.DuckDBPyConnection) -> None:
 
 @contextlib.contextmanager
 def all_threads(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """Run with CONFIG's threads (an ad-hoc query may scan everything), then
-    restore the connection's own setting."""
+    """Run with CONFIG's threads (an ad-hoc query may scan everything). On a
+    connection from ``connect`` the instance keeps them after (the next hold of a
+    file for reading sets a reader's again): setting them and back cost a search
+    1-5 ms of the 2-core machine, and a process that reads one command after
+    another (``serve``'s warm worker) paid it at each; any other is restored."""
+    want = int(CONFIG["threads"])
+    mine = _cursors.get(con)
+    if mine is not None:
+        host = mine[0]
+        with host.lock:
+            if host.threads != want:
+                con.execute(f"SET threads = {want}")
+                host.threads = want
+        yield
+        return
     before = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
-    con.execute(f"SET threads = {int(CONFIG['threads'])}")
+    con.execute(f"SET threads = {want}")
     try:
         yield
     finally:

@@ -16,6 +16,7 @@ from pipeline.cli import output
 from pipeline.cli.exits import EXIT_ERROR, EXIT_OK
 from pipeline.cli.parsing import add_command
 from pipeline.cli.syncing import interval
+from pipeline.cli.web import add_access_options
 from pipeline.serve import protocol
 from stores.errors import MailledgerError, UsageError
 
@@ -271,19 +272,7 @@ def add_serve(subs: Any) -> None:
         help="--listen: N processes answer HTTP on the address, side by side (default:"
         " one per core, at most 4)",
     )
-    p.add_argument(
-        "--allow-host",
-        action="append",
-        default=[],
-        metavar="NAME[:PORT]",
-        help="--listen: a Host header to answer besides the listen address and the"
-        " loopback names; repeatable",
-    )
-    p.add_argument(  # type: ignore[attr-defined]
-        "--token-file",
-        metavar="FILE",
-        help="--listen: a file (mode 0600) holding the token every request carries",
-    ).complete_kind = "FILE"
+    add_access_options(p, of="--listen: ")
     p.add_argument(
         "--sync",
         action="store_true",

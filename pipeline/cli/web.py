@@ -10,7 +10,7 @@ from typing import Any
 from pipeline.cli.exits import EXIT_OK
 from pipeline.cli.parsing import add_command
 
-__all__ = ["add_web"]
+__all__ = ["add_access_options", "add_web"]
 
 
 def cmd_web(args: argparse.Namespace) -> int:
@@ -39,17 +39,23 @@ def add_web(subs: Any) -> None:
         help="the address to serve on (default 127.0.0.1:8025); any but loopback needs"
         " --token-file",
     )
+    add_access_options(p)
+
+
+def add_access_options(p: argparse.ArgumentParser, *, of: str = "") -> None:
+    """``--allow-host`` and ``--token-file``, as ``web`` and ``serve --listen`` take
+    them (``of``: what their help starts with, such as ``"--listen: "``)."""
     p.add_argument(
         "--allow-host",
         action="append",
         default=[],
         metavar="NAME[:PORT]",
-        help="a Host header to answer besides the listen address and the loopback names"
-        " (the machine's name or LAN address when listening on 0.0.0.0); repeatable",
+        help=f"{of}a Host header to answer besides the listen address and the loopback"
+        " names (the machine's name or LAN address when listening on 0.0.0.0); repeatable",
     )
     p.add_argument(  # type: ignore[attr-defined]
         "--token-file",
         metavar="FILE",
-        help="a file (mode 0600) holding the token every request carries: Authorization:"
-        " Bearer TOKEN, or the cookie /login?token=TOKEN sets",
+        help=f"{of}a file (mode 0600) holding the token every request carries:"
+        " Authorization: Bearer TOKEN, or the cookie /login?token=TOKEN sets",
     ).complete_kind = "FILE"

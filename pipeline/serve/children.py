@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.serve.worker import exit_status, flush_stdio
+
 __all__ = ["Child", "describe_group", "fork_child"]
 
 log = logging.getLogger("mailledger-serve")
@@ -69,14 +71,12 @@ def fork_child(target: Callable[[], int], keep: Sequence[int], output: int) -> i
         sys.stdout, sys.stderr = _text(1), _text(2)
         code = target()
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        code = exit_status(exc)
     except BaseException:  # (in the server's log: a bug)
         with contextlib.suppress(BaseException):
             traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(BaseException):
-                stream.flush()
+        flush_stdio()
         os._exit(code)
 
 

@@ -36,7 +36,15 @@ if TYPE_CHECKING:
     from pipeline.cli.parsing import Parser
     from pipeline.serve.warm import WarmStore
 
-__all__ = ["FALLBACK", "preload", "prepare", "run_forwarded", "spare"]
+__all__ = [
+    "FALLBACK",
+    "exit_status",
+    "flush_stdio",
+    "preload",
+    "prepare",
+    "run_forwarded",
+    "spare",
+]
 
 FALLBACK = 254
 """The child's exit status for "not this server's command" (another store): the
@@ -203,17 +211,27 @@ def run_forwarded(
         echo("mailledger: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
     except SystemExit as exc:  # (argparse's --help and --version end so)
-        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        code = exit_status(exc)
     except BaseException:  # a bug: its traceback on the client's stderr, as in-process
         with contextlib.suppress(BaseException):
             traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(BaseException):
-                stream.flush()
+        flush_stdio()
     again = clean and warm is not None and not _interrupted and warm.again(code)
     answer(code, channel, fds[3] if len(fds) > 3 else None, again=again)
     return None if again else code
+
+
+def exit_status(exc: SystemExit) -> int:
+    """The exit status a ``SystemExit`` asks for, as the interpreter would take it."""
+    return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+
+
+def flush_stdio() -> None:
+    """``sys.stdout`` and ``sys.stderr`` flushed, whatever fails."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            stream.flush()
 
 
 def answer(code: int, channel: socket.socket, client: int | None, *, again: bool = False) -> None:
@@ -230,9 +248,7 @@ def answer(code: int, channel: socket.socket, client: int | None, *, again: bool
         for fd in (0, 1, 2):
             os.dup2(nowhere, fd)
         os.close(nowhere)
-    for stream in (sys.stdout, sys.stderr):  # (what a failed write left: nowhere, not to
-        with contextlib.suppress(BaseException):  # the next command's client)
-            stream.flush()
+    flush_stdio()  # (what a failed write left: nowhere, not to the next command's client)
     with contextlib.suppress(OSError):
         protocol.send_msg(channel, {**reply, "again": True} if again else reply)
     if client is not None:
