@@ -24,7 +24,7 @@ own), then, every figure from this one run:
 
 Nothing here gates; it prints, and returns the figures for ``bench.run``'s JSON line.
 
-    python -m bench.serve_bench --store STORE [--notmuch DIR] [--runs 30]
+    python -m bench.serve_bench --store STORE [--notmuch DIR] [--runs 30] [--serve-arg=ARG]
         [--mailledger PATH]  (another install's console script: a normal install's,
                               an older version's)
 """
@@ -93,9 +93,11 @@ def _console_script() -> list[str]:
 
 
 @contextmanager
-def _server(ml: list[str], store: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+def _server(
+    ml: list[str], store: Path, env: dict[str, str], args: list[str]
+) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(
-        [*ml, "--store", str(store), "serve"],
+        [*ml, "--store", str(store), "serve", *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -184,18 +186,22 @@ def _round_trips(store: Path, env: dict[str, str], argv: list[str], runs: int) -
     return times
 
 
-def _memory(pid: int) -> dict[str, float]:
-    """RSS MiB of the server and its spare worker, and the PSS MiB of both."""
+def _memory(pid: int, warm: bool) -> dict[str, float]:
+    """RSS MiB of the server and its spare worker, and the PSS MiB of both
+    (``warm``: the spare is a worker back from the last read, the store kept)."""
     import psutil
 
     server = psutil.Process(pid)
     mib = 1 << 20
     out = {"serve_idle_rss_mib": server.memory_info().rss / mib}
     children = server.children()
-    out["spare_idle_rss_mib"] = sum(c.memory_info().rss for c in children) / mib
-    out["serve_and_spare_pss_mib"] = (
+    spare = "warm" if warm else "spare"
+    out[f"{spare}_idle_rss_mib"] = sum(c.memory_info().rss for c in children) / mib
+    out[f"serve_and_{spare}_pss_mib"] = (
         sum(p.memory_full_info().pss for p in [server, *children]) / mib
     )
+    if warm:
+        return out
     # (RSS also counts the libraries' pages mapped from files, which depend on the
     # kernel and on how their files were read: the same server read 53 MiB of them
     # from one venv's copy of DuckDB and pyarrow, 86 MiB from another's; its own
@@ -207,12 +213,18 @@ def _memory(pid: int) -> dict[str, float]:
 
 
 def serve_figures(
-    store: Path, notmuch: Path | None, runs: int = 30, script: Path | None = None
+    store: Path,
+    notmuch: Path | None,
+    runs: int = 30,
+    script: Path | None = None,
+    serve_args: list[str] | None = None,
 ) -> dict[str, Any]:
     """Measure, print, and return every figure (``notmuch``: a notmuch home of the
     same mail, made by ``testkit.peers.Notmuch``; None: no notmuch column;
     ``script``: another install's ``mailledger`` to measure, its server and client,
-    and its interpreter's start)."""
+    and its interpreter's start; ``serve_args``: the server's options, such as
+    ``--keep-warm 0``)."""
+    serve_args = list(serve_args or [])
     ml = [str(script)] if script is not None else _console_script()
     python = str(Path(ml[0]).parent / "python") if script is not None else sys.executable
     work = Path(tempfile.mkdtemp(prefix="serve-bench-"))
@@ -225,7 +237,7 @@ def serve_figures(
     figures: dict[str, Any] = {"load_before": os.getloadavg()[0]}
     rows: list[tuple[str, tuple[float, float], tuple[float, float] | None]] = []
     try:
-        with _server(ml, store, env) as server:
+        with _server(ml, store, env, serve_args) as server:
             count_walls: list[float] = []
             notmuch_walls: list[float] = []
             for q in QUERIES:
@@ -290,11 +302,15 @@ def serve_figures(
                 shows += _round_trips(store, env, ["show", mid], 2)
             figures["serve_show_p50_ms"], figures["serve_show_p95_ms"] = _percentiles(shows)
             time.sleep(1.0)
-            figures.update(_memory(server.pid))
+            warm = "--keep-warm" not in serve_args and script is None
+            if warm:  # the warm worker now; the cold spare once its keep is over
+                figures.update(_memory(server.pid, warm=True))
+                time.sleep(31.0)
+            figures.update(_memory(server.pid, warm=False))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     figures["load_after"] = os.getloadavg()[0]
-    _print(figures, rows, ml)
+    _print(figures, rows, ml, serve_args)
     return figures
 
 
@@ -302,9 +318,11 @@ def _print(
     figures: dict[str, Any],
     rows: list[tuple[str, tuple[float, float], tuple[float, float] | None]],
     ml: list[str],
+    serve_args: list[str],
 ) -> None:
+    options = " serve " + " ".join(serve_args) if serve_args else ""
     print(
-        f"\nmailledger serve ({' '.join(ml)}), load average"
+        f"\nmailledger serve ({' '.join(ml)}{options}), load average"
         f" {figures['load_before']:.2f} before, {figures['load_after']:.2f} after:"
     )
     print(f"{'whole command, ms':56} {'p50':>7} {'p95':>7} {'notmuch':>8} {'ratio':>6}")
@@ -334,9 +352,16 @@ def _print(
         f" {f['serve_count_rt_p50_ms']:.1f}; show p50 {f['serve_show_p50_ms']:.1f}"
         f" p95 {f['serve_show_p95_ms']:.1f}"
     )
+    if "warm_idle_rss_mib" in f:
+        print(
+            f"idle, a second after the last read: the warm worker (the store kept) RSS"
+            f" {f['warm_idle_rss_mib']:.0f} MiB, PSS of it and the server"
+            f" {f['serve_and_warm_pss_mib']:.0f} MiB"
+        )
     print(
-        f"idle: server RSS {f['serve_idle_rss_mib']:.0f} MiB (anonymous"
-        f" {f['serve_idle_anon_mib']:.0f}), spare worker RSS {f['spare_idle_rss_mib']:.0f} MiB,"
+        f"idle{' (after --keep-warm)' if 'warm_idle_rss_mib' in f else ''}: server RSS"
+        f" {f['serve_idle_rss_mib']:.0f} MiB (anonymous {f['serve_idle_anon_mib']:.0f}),"
+        f" spare worker RSS {f['spare_idle_rss_mib']:.0f} MiB,"
         f" PSS of both {f['serve_and_spare_pss_mib']:.0f} MiB"
     )
     for key, target in TARGETS.items():
@@ -357,8 +382,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--mailledger", type=Path, help="another install's console script (default: this one's)"
     )
+    ap.add_argument(
+        "--serve-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an option of the server (repeat: --serve-arg=--keep-warm --serve-arg=0)",
+    )
     ns = ap.parse_args(argv)
-    figures = serve_figures(ns.store, ns.notmuch, ns.runs, ns.mailledger)
+    figures = serve_figures(ns.store, ns.notmuch, ns.runs, ns.mailledger, ns.serve_arg)
     print(json.dumps({"serve": figures}))
     return 0
 
