@@ -120,5 +120,5 @@ class PastProjections:
         """SQL over these projections and the ``events`` view up to this seq."""
         con = self._reader()
         self._define_views(con)
-        with db.all_threads(con):
+        with db.all_threads(con), db.interruptible(con):
             return run_sql(con, sql, params)

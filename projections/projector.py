@@ -156,7 +156,7 @@ class Projector:
         with self.hold():
             con = self.reader()
             self._define_views(con)
-            with db.all_threads(con):
+            with db.all_threads(con), db.interruptible(con):
                 return run_sql(con, sql, params)
 
     def writer(self) -> duckdb.DuckDBPyConnection:
