@@ -165,6 +165,13 @@ def _status(args: argparse.Namespace, point: protocol.Endpoint) -> int:
     for key in ("pid", "version", "store", "socket", "log"):
         output.echo(f"{key}: {info.get(key)}")
     output.echo(f"uptime: {_duration(float(info.get('uptime', 0)))}")
+    spare = info.get("spare") or {}
+    if spare.get("pid") is not None:
+        keeps = "keeps the store open" if spare.get("warm") else "holds nothing of the store"
+        output.echo(
+            f"worker: pid {spare['pid']} waits for the next command, {keeps}"
+            f" (--keep-warm {_duration(float(info.get('keep_warm', 0)))})"
+        )
     if "listen" in info:
         output.echo(f"listen: http://{info['listen']}/ ({_web_children(info['http'])})")
     if "sync" in info:

@@ -94,6 +94,8 @@ class Server:
             "uptime": round(time.time() - self.started, 3),
             "running": len(self._active),
             "commands": self._commands,
+            "keep_warm": self.keep_warm,
+            **({"spare": self._spares.describe()} if self._spares is not None else {}),
             **({"listen": self.listen.address} if self.listen is not None else {}),
             **({"http": describe_group(self._http)} if self._http else {}),
             **({"sync": self.sync.describe()} if self.sync is not None else {}),

@@ -17,6 +17,7 @@ import signal
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["Idle", "SpareSlot"]
 
@@ -38,6 +39,11 @@ class SpareSlot:
         self._fork = fork
         self._ended = ended  # (told of an idle worker that ended, with its wait status)
         self.idle: Idle | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """The idle worker for ``serve status``: its pid, and whether it keeps the store."""
+        idle = self.idle
+        return {"pid": idle.pid, "warm": idle.warm} if idle is not None else {"pid": None}
 
     def keep(self) -> None:
         """A worker in the slot: forked now when it is empty."""

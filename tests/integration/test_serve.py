@@ -427,8 +427,10 @@ def test_status_describes_the_server_and_stop_ends_it(place: Place, server: Serv
         "socket",
         "log",
         "uptime",
+        "worker",
     ]
     assert lines[0] == f"pid: {server.proc.pid}"
+    assert lines[-1].endswith("holds nothing of the store (--keep-warm 0m30s)")  # (cold)
     info = server.status()
     assert info["pid"] == server.proc.pid
     assert info["store"] == os.path.realpath(place.store)

@@ -39,10 +39,14 @@ def test_reads_are_answered_by_one_warm_worker_exactly_as_in_process(tmp_path: P
                 here.stderr,
             ), argv
         log = server.log()
+        spare = server.status()["spare"]
+        status = ml(place, "serve", "status").stdout.decode()
     finally:
         server.stop()
     pids = {pid for pid, _ in _workers(log)}
     assert len(pids) == 1, log  # (one worker answered them all, back for each)
+    assert spare == {"pid": pids.pop(), "warm": True}
+    assert f"worker: pid {spare['pid']} waits for the next command, keeps the store open" in status
     assert log.count("(kept)") == 2 * len(reads)
 
 
