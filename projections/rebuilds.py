@@ -97,6 +97,9 @@ class RebuildFiles:
         on_phase: Callable[[str], None] | None = None,
         upto: int | None = None,
     ) -> int:
+        # (this process's small-file merges made first: one replacing files under
+        # the build failed its read, and the build was made again from the chunks)
+        self.log.settle()
         files = self.log.files()
         events = files[-1].last if files else 0
         if upto is not None:  # (the log's files hold later events: the chunks are cut)

@@ -109,3 +109,53 @@ def test_what_a_killed_merge_left_is_no_commit_s_leftover_and_the_next_merge_cle
     fill(log, [1] * 6)  # the tenth file: a merge, which first clears what a dead one left
     assert not left.exists()
     assert seqs(log) == list(range(1, 11)) and log.verify() == []
+
+
+def test_a_rebuild_reads_the_log_after_this_process_s_merge_not_under_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An import ends with a rebuild of the projections from the whole log, while its
+    # last commits' merge may still run on its thread: listed before that merge put
+    # its file in place, the build read files the merge then removed, and was staged
+    # again from the log's chunks (read and decoded in Python), or failed midway and
+    # was made again from them ("replay: a log file failed to read").
+    from projections.fold import bulk
+    from projections.projector import Projector
+
+    log = EventLog(tmp_path / "log", durable=False)
+    fill(log, [5] * 9)
+    reached, go = threading.Event(), threading.Event()
+    write_temp = log.write_temp
+
+    def stalled(*args: object, **kwargs: object) -> Path:
+        path = write_temp(*args, **kwargs)  # type: ignore[arg-type]
+        if kwargs.get("prefix") == merging.MERGING_PREFIX:
+            reached.set()
+            assert go.wait(30)
+        return path
+
+    monkeypatch.setattr(log, "write_temp", stalled)
+    log.append([deleted(45 + i) for i in range(5)])  # the tenth small file: a merge
+    assert reached.wait(30)
+    files = log.files
+
+    def listed(*args: object, **kwargs: object) -> list[LogFile]:
+        seen = files(*args, **kwargs)  # type: ignore[arg-type]
+        go.set()  # the merge goes on as soon as the build has listed the log
+        log.settle()
+        return seen
+
+    monkeypatch.setattr(log, "files", listed)
+    chunked: list[bool] = []
+    stage_chunks = bulk._stage_chunks
+
+    def from_chunks(*args: object) -> int:
+        chunked.append(True)
+        return stage_chunks(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bulk, "_stage_chunks", from_chunks)
+    threading.Timer(1.0, go.set).start()  # (a rebuild that waits for the merge first)
+    assert Projector(tmp_path, log).reindex() == 50
+    assert not chunked  # the log's files, as listed after the merge, were read
+    assert "failed to read" not in caplog.text
+    assert [f.rows for f in files()] == [50]
