@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -67,8 +68,9 @@ def read_after(files: Sequence[LogFile], after: int, columns: Sequence[str] | No
 
 
 def read_at(files: Sequence[LogFile], wanted: Sequence[int], cols: list[str]) -> pa.Table:
-    """Columns ``cols`` of the events at seqs ``wanted`` (sorted, each once), reading
-    only the ``files`` that hold them."""
+    """Columns ``cols`` (``seq`` among them) of the events at seqs ``wanted`` (sorted,
+    each once), reading only the ``files`` that hold them, and of each file only the
+    row groups whose seq range holds one (``_groups_at``)."""
     schema = pa.schema([SCHEMA.field(c) for c in cols])
     firsts = [f.first for f in files]
     groups: dict[Path, list[int]] = {}
@@ -79,12 +81,43 @@ def read_at(files: Sequence[LogFile], wanted: Sequence[int], cols: list[str]) ->
     parts = [schema.empty_table()]
     for path, group in groups.items():
         try:
-            t = arrow.parquet().read_table(
-                path, columns=cols, schema=schema, filters=[("seq", "in", group)]
-            )
+            parts.append(_rows_at(path, group, schema))
         except FileNotFoundError:
             raise  # merged by a compaction since the listing: read_at lists again
         except (OSError, ValueError, pa.ArrowException) as exc:
             raise LogIntegrityError(f"{path}: unreadable: {exc}") from exc
-        parts.append(t.replace_schema_metadata(None))
     return pa.concat_tables(parts)
+
+
+def _rows_at(path: Path, seqs: list[int], schema: pa.Schema) -> pa.Table:
+    """The rows of ``path`` at ``seqs`` (sorted), in ``schema``: one ``ParquetFile``
+    read of the row groups that hold them. ``pq.read_table(filters=...)`` set up a
+    dataset per call: 2 ms of a message page's 4-5 ms read at 1,000-event groups."""
+    pf = arrow.parquet().ParquetFile(path)
+    have = set(pf.schema_arrow.names)
+    names = [n for n in schema.names if n in have]
+    read = names if "seq" in names else ["seq", *names]  # (the seq to filter on)
+    table = pf.read_row_groups(_groups_at(pf.metadata, seqs), columns=read)
+    table = table.filter(arrow.compute().is_in(table.column("seq"), pa.array(seqs, pa.int64())))
+    table = table.select(names)
+    for i, field in enumerate(schema):
+        if field.name not in have:
+            table = table.add_column(i, field, pa.nulls(table.num_rows, field.type))
+    table = table.replace_schema_metadata(None)
+    return table if table.schema.equals(schema) else table.cast(schema)
+
+
+def _groups_at(meta: Any, seqs: list[int]) -> list[int]:
+    """The row groups of a file (``meta``: its ``FileMetaData``) whose seq statistics
+    hold one of ``seqs`` (sorted); a group without statistics is read."""
+    column = next((j for j in range(meta.num_columns) if meta.schema.column(j).path == "seq"), None)
+    found = []
+    for i in range(meta.num_row_groups):
+        stats = meta.row_group(i).column(column).statistics if column is not None else None
+        if stats is None or not stats.has_min_max:
+            found.append(i)
+            continue
+        k = bisect.bisect_left(seqs, stats.min)
+        if k < len(seqs) and seqs[k] <= stats.max:
+            found.append(i)
+    return found
