@@ -46,6 +46,7 @@ __all__ = [
     "intent_path",
     "parse_size",
     "release",
+    "set_query_threads",
     "start_instance",
     "wait_for_writer",
     "writer_waiting",
@@ -397,11 +398,39 @@ def release(con: duckdb.DuckDBPyConnection) -> None:
 
 @contextlib.contextmanager
 def all_threads(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """Run with CONFIG's threads (an ad-hoc query may scan everything), then
-    restore the connection's own setting."""
-    before = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
-    con.execute(f"SET threads = {int(CONFIG['threads'])}")
+    """Run with CONFIG's threads (an ad-hoc query may scan everything; or this
+    process's ``set_query_threads``), then restore the connection's own setting.
+    (The instance's setting as ``connect`` left it is known: no query asks it.)"""
+    want = _query_threads[0] or int(CONFIG["threads"])
+    mine = _cursors.get(con)
+    before = mine[0].threads if mine is not None else None
+    if before is None:
+        before = int(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
+    if before == want:
+        yield
+        return
+    _set_threads(con, mine, want)
     try:
         yield
     finally:
-        con.execute(f"SET threads = {int(before)}")
+        _set_threads(con, mine, before)
+
+
+def _set_threads(con: duckdb.DuckDBPyConnection, mine: tuple[_Host, str] | None, n: int) -> None:
+    if mine is None:
+        con.execute(f"SET threads = {n}")
+        return
+    with mine[0].lock:
+        con.execute(f"SET threads = {n}")
+        mine[0].threads = n
+
+
+def set_query_threads(threads: int | None) -> None:
+    """The threads ``all_threads`` gives a search or an ad-hoc query in this process
+    (None: CONFIG's). ``serve --listen``'s web children, one per core answering side
+    by side, run them on one: a second thread per child only contended for the
+    other's core (and starting and stopping it cost 0.8 ms a search)."""
+    _query_threads[0] = threads
+
+
+_query_threads: list[int | None] = [None]  # (``set_query_threads``)
