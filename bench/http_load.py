@@ -120,6 +120,24 @@ def _build(where: Path, n: int) -> Path:
     return store
 
 
+def _row_groups(store: Path) -> str:
+    """The log's files and their row groups, as one line."""
+    import pyarrow.parquet as pq
+
+    groups = []
+    for path in sorted((store / "log").glob("*.parquet")):
+        meta = pq.ParquetFile(path).metadata
+        groups += [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    files = len(list((store / "log").glob("*.parquet")))
+    return f"{files} files, {len(groups)} row groups, the largest {max(groups, default=0)} events"
+
+
+def _compact(store: Path) -> None:
+    """``mailledger compact`` on ``store`` (the copy): its log rewritten in row groups."""
+    argv = [sys.executable, "-m", "pipeline", "--no-serve", "--store", str(store), "compact"]
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+
+
 def _sample_ids(store: Path, n: int) -> list[str]:
     """``n`` Message-IDs of the store (a seeded sample), read in this process (which
     forks nothing after: DuckDB is started here only)."""
@@ -385,6 +403,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, default=10_000, help="generated: how many")
     ap.add_argument("--data", type=Path, default=REPO / "bench-data")
     ap.add_argument("--in-place", action="store_true", help="serve --store where it is")
+    ap.add_argument(
+        "--compact",
+        action="store_true",
+        help="`compact` the copy first (log files written before row groups of 1,000"
+        " events are one group each: a message's headers decode the whole file)",
+    )
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--warmup", type=float, default=5.0)
@@ -413,9 +437,13 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             shutil.copytree(source, store, symlinks=True)
             print(f"copied {source} to {store} in {time.monotonic() - t0:.1f} s")
+            if args.compact:
+                _compact(store)
+        print(f"log: {_row_groups(store)}  [load {_load()}]")
         ids = _sample_ids(store, 500)
         result: dict[str, Any] = {
             "store": str(source),
+            "compacted": args.compact,
             "serve_args": args.serve_arg,
             "clients": args.clients,
             "think_s": args.think,
