@@ -27,8 +27,13 @@ from pipeline.store import MessageStore
 from pipeline.terminal import json_escape
 from stores.db import wait_for_writer, writer_waiting
 from stores.errors import UsageError
+from stores.log.reading import drop_groups, keep_groups
 
 __all__ = ["Reads", "json_bytes", "locked_iter", "search_plan"]
+
+# the log's decoded row groups a kept session keeps (``stores.log.reading.keep_groups``):
+# the headers of about 25,000 events in row groups of 1,000, dropped when it lets go
+_KEPT_GROUPS_BYTES = 32 << 20
 
 _T = TypeVar("_T")
 
@@ -38,6 +43,7 @@ class Reads:
 
     def __init__(self, store_path: Path) -> None:
         self.store = MessageStore.open(store_path, create=False)
+        keep_groups(_KEPT_GROUPS_BYTES)
         self.lock = threading.Lock()
         self._wanting = 0  # requests of this process in or waiting for ``session``
         self._count = threading.Lock()  # (guards _wanting)
@@ -89,6 +95,7 @@ class Reads:
         held, self._held = self._held, None
         if held is not None:
             held.close()
+            drop_groups()  # (idle, a web child holds nothing of the store)
 
     def now(self) -> datetime:
         """The instant relative dates (``date:2w..``) count back from."""
@@ -98,6 +105,7 @@ class Reads:
     def close(self) -> None:
         with self.lock:
             self._let_go()
+            keep_groups(0)
             self.store.__exit__()
 
 
