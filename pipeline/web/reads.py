@@ -14,6 +14,7 @@ version and of the log, the blocks DuckDB read again) at 10,000 messages."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -29,7 +30,7 @@ from stores.db import wait_for_writer, writer_waiting
 from stores.errors import UsageError
 from stores.log.reading import drop_groups, keep_groups
 
-__all__ = ["Reads", "json_bytes", "locked_iter", "search_plan"]
+__all__ = ["FairLock", "Reads", "json_bytes", "locked_iter", "search_plan"]
 
 # the log's decoded row groups a kept session keeps (``stores.log.reading.keep_groups``):
 # the headers of about 25,000 events in row groups of 1,000, dropped when it lets go
@@ -44,7 +45,7 @@ class Reads:
     def __init__(self, store_path: Path) -> None:
         self.store = MessageStore.open(store_path, create=False)
         keep_groups(_KEPT_GROUPS_BYTES)
-        self.lock = threading.Lock()
+        self.lock = FairLock()
         self._wanting = 0  # requests of this process in or waiting for ``session``
         self._count = threading.Lock()  # (guards _wanting)
         self._held: contextlib.ExitStack | None = None  # the session kept across requests
@@ -107,6 +108,35 @@ class Reads:
             self._let_go()
             keep_groups(0)
             self.store.__exit__()
+
+
+class FairLock:
+    """A lock taken in the order it was asked for: each holder hands it to the
+    longest waiting. ``threading.Lock`` wakes any waiter, and one that had just
+    let go often took it again: under 50 clients the requests queued in a web
+    child's threads waited from nothing to many times the queue (p99 2.5x p50)."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._held = False
+        self._waiting: collections.deque[threading.Lock] = collections.deque()
+
+    def __enter__(self) -> None:
+        with self._guard:
+            if not self._held:
+                self._held = True
+                return
+            turn = threading.Lock()
+            turn.acquire()
+            self._waiting.append(turn)
+        turn.acquire()  # (released by the holder handing the lock over)
+
+    def __exit__(self, *exc: object) -> None:
+        with self._guard:
+            if self._waiting:
+                self._waiting.popleft().release()  # (still held: now the waiter's)
+            else:
+                self._held = False
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:
