@@ -120,6 +120,24 @@ def _build(where: Path, n: int) -> Path:
     return store
 
 
+def _row_groups(store: Path) -> str:
+    """The log's files and their row groups, as one line."""
+    import pyarrow.parquet as pq
+
+    groups = []
+    for path in sorted((store / "log").glob("*.parquet")):
+        meta = pq.ParquetFile(path).metadata
+        groups += [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    files = len(list((store / "log").glob("*.parquet")))
+    return f"{files} files, {len(groups)} row groups, the largest {max(groups, default=0)} events"
+
+
+def _compact(store: Path) -> None:
+    """``mailledger compact`` on ``store`` (the copy): its log rewritten in row groups."""
+    argv = [sys.executable, "-m", "pipeline", "--no-serve", "--store", str(store), "compact"]
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+
+
 def _sample_ids(store: Path, n: int) -> list[str]:
     """``n`` Message-IDs of the store (a seeded sample), read in this process (which
     forks nothing after: DuckDB is started here only)."""
@@ -215,6 +233,15 @@ class Served:
             "pss_total": sum(r["pss"] for r in rows),
         }
 
+    def cpu(self) -> float:
+        """CPU seconds (user and system) the server and its children have used."""
+        total = 0.0
+        for p in self.processes():
+            with suppress(psutil.NoSuchProcess):
+                t = p.cpu_times()
+                total += t.user + t.system
+        return total
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -286,14 +313,23 @@ async def _client(
 
 
 def load(
-    base: str, ids: list[str], clients: int, warmup: float, duration: float, think: float = 0.0
+    base: str,
+    ids: list[str],
+    clients: int,
+    warmup: float,
+    duration: float,
+    think: float = 0.0,
+    server_cpu: Callable[[], float] = lambda: 0.0,
 ) -> dict[str, Any]:
     """``clients`` closed-loop clients (each pausing ``think`` s on average between an
     answer and its next request): ``warmup`` seconds unrecorded, then ``duration``
-    seconds recorded."""
+    seconds recorded; ``server_cpu``: the server's CPU seconds so far, read as the
+    recording starts and ends (its CPU per answer does not depend on how much of
+    the machine other work takes)."""
     times: dict[str, list[float]] = {k: [] for k, _ in MIX}
     errors: dict[str, int] = {k: 0 for k, _ in MIX}
     recording = False
+    served_cpu = [0.0, 0.0]
 
     def record(kind: str, seconds: float, ok: bool) -> None:
         if recording:
@@ -312,7 +348,9 @@ def load(
         await asyncio.sleep(warmup)
         recording = True
         began = time.monotonic()
+        served_cpu[0] = server_cpu()
         await asyncio.gather(*tasks)
+        served_cpu[1] = server_cpu()
         return time.monotonic() - began
 
     cpu0 = psutil.Process().cpu_times()
@@ -328,6 +366,7 @@ def load(
         "kinds": kinds,
         "overall": _summary(every, sum(errors.values()), elapsed),
         "client_cpu_s": (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system),
+        "server_cpu_s": served_cpu[1] - served_cpu[0],
     }
 
 
@@ -385,6 +424,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, default=10_000, help="generated: how many")
     ap.add_argument("--data", type=Path, default=REPO / "bench-data")
     ap.add_argument("--in-place", action="store_true", help="serve --store where it is")
+    ap.add_argument(
+        "--compact",
+        action="store_true",
+        help="`compact` the copy first (log files written before row groups of 1,000"
+        " events are one group each: a message's headers decode the whole file)",
+    )
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--warmup", type=float, default=5.0)
@@ -413,9 +458,13 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             shutil.copytree(source, store, symlinks=True)
             print(f"copied {source} to {store} in {time.monotonic() - t0:.1f} s")
+            if args.compact:
+                _compact(store)
+        print(f"log: {_row_groups(store)}  [load {_load()}]")
         ids = _sample_ids(store, 500)
         result: dict[str, Any] = {
             "store": str(source),
+            "compacted": args.compact,
             "serve_args": args.serve_arg,
             "clients": args.clients,
             "think_s": args.think,
@@ -439,7 +488,10 @@ def main(argv: list[str] | None = None) -> int:
                 f" {args.duration:.0f} s  [load at start {_load()}]"
             )
             with _peak_memory(served) as peak:
-                run = load(served.base, ids, args.clients, args.warmup, args.duration, args.think)
+                run = load(
+                    served.base, ids, args.clients, args.warmup, args.duration, args.think,
+                    server_cpu=served.cpu,
+                )  # fmt: skip
             result["load"] = run
             result["load_end"] = os.getloadavg()
             result["peak_rss_total"] = peak["rss_total"]
@@ -454,6 +506,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"  [load at end {_load()}; peak RSS of the server's processes"
                 f" {peak['rss_total']:.0f} MiB; this load generator's CPU"
                 f" {run['client_cpu_s']:.1f} s of {run['elapsed_s']:.0f} s]"
+            )
+            answers = run["overall"]["requests"]
+            print(
+                f"  [the server's CPU: {run['server_cpu_s']:.1f} s,"
+                f" {1000 * run['server_cpu_s'] / max(answers, 1):.2f} ms per answer]"
             )
             time.sleep(3.0)
             result["idle_after_3s"] = soon = served.memory()

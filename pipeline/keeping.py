@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.store import MessageStore
@@ -30,8 +31,9 @@ __all__ = ["Keeper"]
 class Keeper:
     """``store``'s projection file, kept between ``keep()`` and ``let_go()``."""
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: MessageStore, on_let_go: Callable[[], object] | None = None) -> None:
         self.store = store
+        self._on_let_go = on_let_go  # (told when the file is let go: caches of it dropped)
         self._held: contextlib.ExitStack | None = None  # the session kept
         self._file: tuple[int, int] | None = None  # the file's (device, inode) then
 
@@ -70,6 +72,8 @@ class Keeper:
         held, self._held = self._held, None
         if held is not None:
             held.close()
+            if self._on_let_go is not None:
+                self._on_let_go()
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:

@@ -28,6 +28,7 @@ __all__ = [
     "html_to_text",
     "message_json",
     "message_text",
+    "parsed",
     "render_text",
 ]
 
@@ -131,13 +132,20 @@ def _decoded(part: Message) -> str:
             return payload.decode("latin-1")
 
 
-def message_text(raw: bytes) -> MessageText:
-    """The body text and the attachments of the message ``raw``.
+def parsed(raw: bytes) -> EmailMessage:
+    """The message ``raw`` parsed (``policy.default``): what a page that reads it
+    more than one way parses once."""
+    msg = email.message_from_bytes(raw, policy=email.policy.default)
+    assert isinstance(msg, EmailMessage)
+    return msg
+
+
+def message_text(raw: bytes | EmailMessage) -> MessageText:
+    """The body text and the attachments of the message ``raw`` (bytes, or parsed).
 
     Never raises on bytes: a message whose MIME structure is broken gives what
     the standard library's parser makes of it."""
-    msg = email.message_from_bytes(raw, policy=email.policy.default)
-    assert isinstance(msg, EmailMessage)
+    msg = parsed(raw) if isinstance(raw, bytes) else raw
     body_part: Message | None = None
     try:
         body_part = msg.get_body(preferencelist=("plain", "html"))

@@ -85,6 +85,8 @@ class Projector:
     # -- holding the file -------------------------------------------------------
     def close(self) -> None:
         """Release the projection database so other processes can open it."""
+        if "fulltext" in self.__dict__ and self.fulltext is not None:
+            self.fulltext.let_go()  # (its connection was for the file as held)
         if self._con is not None:
             db.release(self._con)
             self._con = None
@@ -147,6 +149,8 @@ class Projector:
             with db.all_threads(con):
                 if not plan.text or self.fulltext is None:
                     return fn(con, plan, *args)
+                if self._held and not self._con_rw:  # (kept with the file read-only: ``reader``)
+                    return fn(con, plan, *args, text=self.fulltext.reader(con))
                 self.fulltext.sync(con)
                 with self.fulltext.connection() as text:
                     return fn(con, plan, *args, text=text)

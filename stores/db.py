@@ -48,6 +48,7 @@ __all__ = [
     "interruptible",
     "parse_size",
     "release",
+    "set_query_threads",
     "start_instance",
     "wait_for_writer",
     "writer_waiting",
@@ -399,12 +400,14 @@ def release(con: duckdb.DuckDBPyConnection) -> None:
 
 @contextlib.contextmanager
 def all_threads(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """Run with CONFIG's threads (an ad-hoc query may scan everything). On a
-    connection from ``connect`` the instance keeps them after (the next hold of a
-    file for reading sets a reader's again): setting them and back cost a search
-    1-5 ms of the 2-core machine, and a process that reads one command after
-    another (``serve``'s warm worker) paid it at each; any other is restored."""
-    want = int(CONFIG["threads"])
+    """Run with CONFIG's threads (an ad-hoc query may scan everything; or this
+    process's ``set_query_threads``). On a connection from ``connect`` the
+    instance keeps them after (the next hold of a file for reading sets a
+    reader's again; its setting is known, no query asks it): setting them and
+    back cost a search 1-5 ms of the 2-core machine, and a process that reads one
+    command after another (``serve``'s warm worker) paid it at each. Any other
+    connection has its own setting restored."""
+    want = _query_threads[0] or int(CONFIG["threads"])
     mine = _cursors.get(con)
     if mine is not None:
         host = mine[0]
@@ -414,12 +417,15 @@ def all_threads(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
                 host.threads = want
         yield
         return
-    before = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
+    before = int(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
+    if before == want:
+        yield
+        return
     con.execute(f"SET threads = {want}")
     try:
         yield
     finally:
-        con.execute(f"SET threads = {int(before)}")
+        con.execute(f"SET threads = {before}")
 
 
 @contextlib.contextmanager
@@ -474,3 +480,14 @@ def interruptible(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         watcher.join(timeout=1.0)
         os.close(read)
         os.close(write)
+
+
+def set_query_threads(threads: int | None) -> None:
+    """The threads ``all_threads`` gives a search or an ad-hoc query in this process
+    (None: CONFIG's). ``serve --listen``'s web children, one per core answering side
+    by side, run them on one: a second thread per child only contended for the
+    other's core (and starting and stopping it cost 0.8 ms a search)."""
+    _query_threads[0] = threads
+
+
+_query_threads: list[int | None] = [None]  # (``set_query_threads``)

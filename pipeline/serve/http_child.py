@@ -63,8 +63,9 @@ def http_children(
     """A supervised child serving the web app on each of ``sockets`` (``http-1``,
     ``http-2``...): a request writes a byte to ``activity``; ``sync``: the app offers
     "sync now"."""
+    several = len(sockets) > 1
     return [
-        _http_child(f"http-{k}", listen, sock, store, point, activity, csrf_secret, sync)
+        _http_child(f"http-{k}", listen, sock, store, point, activity, csrf_secret, sync, several)
         for k, sock in enumerate(sockets, 1)
     ]
 
@@ -78,11 +79,18 @@ def _http_child(
     activity: int,
     csrf_secret: bytes,
     sync: bool,
+    several: bool,
 ) -> Child:
+    """``several``: one of several children answering side by side (one per core):
+    its searches run on one DuckDB thread (``stores.db.set_query_threads``)."""
 
     def serve() -> int:
         from pipeline.web import create_app
         from pipeline.web.running import run_app
+        from stores.db import set_query_threads
+
+        if several:
+            set_query_threads(1)
 
         app = create_app(
             store,

@@ -76,7 +76,7 @@ def message(request: Request) -> Response:
     mid = segment(request, "mid")
     with _reads(request).session() as store:
         rec = _record(store, mid)
-        raw = store.raw(rec["message_id"])
+        raw = store.blobs.get(rec["sha256"])  # (the record's blob: no second query)
     return _json(message_json(rec, raw))
 
 

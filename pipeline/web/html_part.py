@@ -19,7 +19,7 @@ from urllib.parse import unquote
 
 import nh3
 
-__all__ = ["FRAME_CSP", "html_of", "sanitized"]
+__all__ = ["FRAME_CSP", "has_html", "html_of", "sanitized"]
 
 # the HTML part's own policy: inline styles and data: images only (a cid: image of
 # the message is made one); sandboxed even
@@ -69,11 +69,8 @@ def sanitized(html: str) -> str:
     )
 
 
-def html_of(raw: bytes) -> str | None:
-    """The text/html body of the message ``raw``, charset decoded, its ``cid:``
-    images (parts of the message itself) made ``data:`` URLs; None without one."""
-    msg = email.message_from_bytes(raw, policy=email.policy.default)
-    assert isinstance(msg, EmailMessage)
+def _html_part(msg: EmailMessage) -> tuple[EmailMessage, bytes] | None:
+    """The text/html body part of ``msg`` and its decoded bytes; None without one."""
     try:
         part = msg.get_body(preferencelist=("html",))
     except Exception:  # (a broken multipart: no HTML to show)
@@ -83,6 +80,25 @@ def html_of(raw: bytes) -> str | None:
     payload = part.get_payload(decode=True)
     if not isinstance(payload, bytes):
         return None
+    assert isinstance(part, EmailMessage)
+    return part, payload
+
+
+def has_html(msg: EmailMessage) -> bool:
+    """Whether ``html_of`` finds an HTML body in the (parsed) message: the message
+    page's frame, without decoding its images."""
+    return _html_part(msg) is not None
+
+
+def html_of(raw: bytes) -> str | None:
+    """The text/html body of the message ``raw``, charset decoded, its ``cid:``
+    images (parts of the message itself) made ``data:`` URLs; None without one."""
+    msg = email.message_from_bytes(raw, policy=email.policy.default)
+    assert isinstance(msg, EmailMessage)
+    found = _html_part(msg)
+    if found is None:
+        return None
+    part, payload = found
     charset = part.get_content_charset() or "utf-8"
     try:
         html = payload.decode(charset, "replace")

@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from pipeline.web.api import choice, int_param, raw
 from pipeline.web.escape import content_disposition, id_path, page_text, segment
-from pipeline.web.html_part import FRAME_CSP, html_of, sanitized
+from pipeline.web.html_part import FRAME_CSP, has_html, html_of, sanitized
 from pipeline.web.reads import Reads, locked_iter, search_plan
 from pipeline.web.writes import csrf_token
 
@@ -145,20 +145,19 @@ def _sync_values(request: Request) -> dict[str, Any]:
 
 
 def message_page(request: Request) -> Response:
-    from pipeline.render import message_text
+    from pipeline.render import message_text, parsed
 
     mid = segment(request, "mid")
     with _reads(request).session() as store:
         rec = store.get(mid)
         if rec is None:
             return _missing(mid)
-        raw = store.raw(rec["message_id"])
-    text = message_text(raw)
+        raw = store.blobs.get(rec["sha256"])  # (the record's blob: no second query)
+    msg = parsed(raw)  # (once, for the text and the HTML part's frame)
+    text = message_text(msg)
     wanted = ("from", "to", "cc", "date", "subject", "message-id")
     headers = [(n, v) for w in wanted for n, v in rec["headers"] if n.lower() == w]
-    return render(
-        "message.html", rec=rec, headers=headers, text=text, has_html=html_of(raw) is not None
-    )
+    return render("message.html", rec=rec, headers=headers, text=text, has_html=has_html(msg))
 
 
 def _missing(mid: str) -> Response:

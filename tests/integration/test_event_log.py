@@ -795,3 +795,43 @@ def test_a_log_file_is_written_in_row_groups_so_one_event_is_read_without_the_re
         {"seq": ROW_GROUP_ROWS + 7, "message_id": f"m{ROW_GROUP_ROWS + 6}@example.org"}
     ]
     assert log.verify() == []
+
+
+def test_kept_row_groups_answer_again_without_the_file_and_a_rewritten_file_is_read_anew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``keep_groups`` (a web child under load): the second read of an event's row
+    group opens no file; a compaction that rewrites the log is read from its new
+    files, the events the same; ``drop_groups`` lets go of what was kept."""
+    from stores.log import reading
+    from stores.log.files import ROW_GROUP_ROWS
+
+    log = EventLog(tmp_path / "log", durable=False, merge_small=False)
+    fill(log, [ROW_GROUP_ROWS + 10, 20])
+    seq = ROW_GROUP_ROWS + 3
+    want = [{"seq": seq, "message_id": f"m{seq - 1}@example.org"}]
+    opened: list[object] = []
+    real = pq.ParquetFile
+
+    def counting(*args: object, **kwargs: object) -> pq.ParquetFile:
+        opened.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pq, "ParquetFile", counting)
+    reading.keep_groups(8 << 20)
+    try:
+        assert log.read_at([seq], ["message_id"]).to_pylist() == want
+        assert len(opened) == 1
+        assert log.read_at([seq], ["message_id"]).to_pylist() == want
+        assert len(opened) == 1  # (the footer and the group kept)
+        assert log.compact() == (2, 1)
+        assert log.read_at([seq, 2], ["message_id"]).to_pylist() == [
+            {"seq": 2, "message_id": "m1@example.org"},
+            *want,
+        ]
+        assert len(opened) == 2  # (the compacted file: another)
+        reading.drop_groups()
+        assert log.read_at([seq], ["message_id"]).to_pylist() == want
+        assert len(opened) == 3
+    finally:
+        reading.keep_groups(0)

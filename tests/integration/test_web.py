@@ -398,6 +398,37 @@ def test_a_writer_in_another_process_commits_while_the_app_serves(
     assert client.get("/api/v1/messages/late%40example.org").status_code == 200
 
 
+def test_a_session_kept_across_requests_lets_a_writer_in_and_sees_its_text(
+    store_path: Path, tmp_path: Path
+) -> None:
+    """Under load the projection file, and the full-text index's connection with it,
+    is kept from one request to the next (here a request is always waiting): a
+    writer in another process still gets in, and a text search after it finds the
+    text it added."""
+    app = create_app(store_path)
+    reads = app.state.reads
+    reads._wanting += 1  # (one more request waiting behind each: the session kept)
+    count = {"q": "body:penguin", "output": "count"}
+    with TestClient(app, base_url=BASE) as client:
+        for _ in range(2):
+            assert client.get("/api/v1/search", params=count).json() == {"count": 0}
+            assert reads.held  # (kept: no request is ever the last)
+        mbox = tmp_path / "new.mbox"
+        mbox.write_bytes(
+            b"From ada Mon Jul  1 09:00:00 2024\n" + plain("late@example.org", "penguin")
+        )
+        argv = [sys.executable, "-m", "pipeline.cli", "--store", str(store_path), "import", "mbox"]
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        writer = subprocess.Popen([*argv, str(mbox)], cwd=tmp_path, env=env)
+        try:  # (a request that sees the writer waiting lets go, then waits for it)
+            while writer.poll() is None:
+                client.get("/api/v1/search", params=count)
+            assert writer.wait(timeout=60) == 0
+        finally:
+            writer.kill()
+        assert client.get("/api/v1/search", params=count).json() == {"count": 1}
+
+
 def test_a_message_id_holding_a_slash_is_one_path_segment_never_another_route(
     store: MessageStore,
 ) -> None:
