@@ -18,7 +18,8 @@ brought up) unless ``--in-place``, and served by ``mailledger serve --listen
    API's message; per kind and overall the requests, errors (a status other than
    200, or no answer within 30 s), p50/p95/p99 and requests/s; the processes'
    peak RSS while it ran, the load average, this process's own CPU.
-4. Idle again after the load: RSS and PSS 3 s after it and ``--settle`` s later
+4. Idle again after the load: RSS and PSS 3 s after it and ``--settle`` s later (40:
+   after ``serve --keep-warm``'s 30 s, the web children idle since are fresh ones)
    (the allocators give back what they freed after a delay).
 
 Gates (issue 37): 0 errors and p99 <= 250 ms under the load; a message page p95 <=
@@ -445,7 +446,11 @@ def main(argv: list[str] | None = None) -> int:
         "--serve-arg", action="append", default=[], help="passed to serve (--serve-arg=--X=Y)"
     )
     ap.add_argument(
-        "--settle", type=float, default=20.0, help="seconds more before the last idle figure"
+        "--settle",
+        type=float,
+        default=40.0,
+        help="seconds more before the last idle figure (serve's --keep-warm, 30 s by"
+        " default, replaces the web children idle after the load before it)",
     )
     ap.add_argument("--json", type=Path, help="the results written here too")
     args = ap.parse_args(argv)

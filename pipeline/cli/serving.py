@@ -263,7 +263,9 @@ def add_serve(subs: Any) -> None:
         metavar="DURATION",
         help="a worker back from a read (search, find, show, thread, stats, cursor)"
         " keeps the store open for the next one this long (default 30s; 0: every"
-        " command in a new worker); a writer is let in at once meanwhile",
+        " command in a new worker); a writer is let in at once meanwhile. --listen: a"
+        " web child idle this long after requests is replaced by a fresh one (the"
+        " memory a load left)",
     )
     p.add_argument("--json", action="store_true", help="status as JSON")
     p.add_argument(

@@ -26,13 +26,16 @@ from typing import Any
 
 from pipeline.serve.worker import exit_status, flush_stdio
 
-__all__ = ["Child", "describe_group", "fork_child"]
+__all__ = ["RECYCLED", "Child", "describe_group", "fork_child"]
 
 log = logging.getLogger("mailledger-serve")
 
 FIRST_BACKOFF = 1.0  # seconds before a dead child starts again, doubled each time...
 MOST_BACKOFF = 60.0  # ...up to this
 STEADY = 60.0  # a child that ran this long had started well: the backoff begins again
+RECYCLED = 75
+"""A child's exit status for "replace me now" (a web child idle after a load gives
+back the memory its allocators kept): started again at once, without a backoff."""
 _LINE = 4000  # characters of a child's line kept in the log
 
 
@@ -169,6 +172,9 @@ class Child:
             code = await self._run_once()
             if stopping.is_set():
                 return
+            if code == RECYCLED:
+                log.info("%s: idle for --keep-warm: replaced by a fresh one", self.name)
+                continue
             if time.monotonic() - began >= STEADY:
                 backoff = FIRST_BACKOFF
             log.warning("%s: exit %s; starting again in %.0f s", self.name, code, backoff)

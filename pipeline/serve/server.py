@@ -182,6 +182,7 @@ class Server:
                 tell,
                 csrf_secret=self._csrf_secret,
                 sync=self.sync is not None,
+                keep_warm=self.keep_warm,
             )
             children.extend(self._http)
         if self.sync is not None:

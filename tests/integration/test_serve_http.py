@@ -355,3 +355,27 @@ def test_connections_accepted_on_the_bound_sockets_send_at_once_tcp_nodelay(coun
             s.close()
     assert len(seen) == 4 * count and all(seen)
     assert all(s.proto == socket.IPPROTO_TCP for s in sockets)
+
+
+def test_a_web_child_idle_after_requests_is_replaced_by_a_fresh_one(place: Place) -> None:
+    # (--keep-warm: after a load a child kept the memory its allocators held; a
+    # fresh one starts at once, no backoff, and one that answered nothing stays)
+    web = WebServer(place, "--http-children", "1", "--keep-warm", "1s")
+    try:
+        first = web.status()["http"]["pids"]  # (it answered the start's request)
+
+        def replaced() -> Any:
+            info = web.status()["http"]
+            return info["starts"] == 2 and info["pids"] and info["pids"] != first and info
+
+        info = wait_until(replaced)
+        assert info, web.log()
+        time.sleep(3.0)  # the fresh child answered nothing: it is kept
+        assert web.status()["http"]["pids"] == info["pids"]
+        log = web.log()
+        assert "http-1: idle for --keep-warm: replaced by a fresh one" in log
+        assert "starting again" not in log  # (no backoff, no warning)
+        code, body = get(web.base, "/api/v1/search?q=live&output=count")
+        assert code == 200 and json.loads(body)["count"] > 0
+    finally:
+        web.stop()
