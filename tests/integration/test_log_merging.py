@@ -21,9 +21,11 @@ def _parquet(log: EventLog) -> list[str]:
     return sorted(p.name for p in log.root.iterdir() if p.name.endswith(".parquet"))
 
 
-def test_commits_go_on_while_a_merge_waits_to_put_its_file_in_place(
+def _merge_stalled(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> tuple[EventLog, threading.Event, threading.Event]:
+    """A log of nine small files and a tenth, whose merge stalls once it has written
+    its rows (``reached``), until ``go`` is set."""
     log = EventLog(tmp_path / "log", durable=False)
     fill(log, [5] * 9)
     reached, go = threading.Event(), threading.Event()
@@ -38,6 +40,13 @@ def test_commits_go_on_while_a_merge_waits_to_put_its_file_in_place(
 
     monkeypatch.setattr(log, "write_temp", stalled)
     log.append([deleted(45 + i) for i in range(5)])  # the tenth small file: a merge
+    return log, reached, go
+
+
+def test_commits_go_on_while_a_merge_waits_to_put_its_file_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log, reached, go = _merge_stalled(tmp_path, monkeypatch)
     assert reached.wait(30)  # the merge has its rows written, not yet in place
     for i in range(5):  # and commits still go through, not waiting for it
         log.append([deleted(50 + i)])
@@ -122,20 +131,7 @@ def test_a_rebuild_reads_the_log_after_this_process_s_merge_not_under_it(
     from projections.fold import bulk
     from projections.projector import Projector
 
-    log = EventLog(tmp_path / "log", durable=False)
-    fill(log, [5] * 9)
-    reached, go = threading.Event(), threading.Event()
-    write_temp = log.write_temp
-
-    def stalled(*args: object, **kwargs: object) -> Path:
-        path = write_temp(*args, **kwargs)  # type: ignore[arg-type]
-        if kwargs.get("prefix") == merging.MERGING_PREFIX:
-            reached.set()
-            assert go.wait(30)
-        return path
-
-    monkeypatch.setattr(log, "write_temp", stalled)
-    log.append([deleted(45 + i) for i in range(5)])  # the tenth small file: a merge
+    log, reached, go = _merge_stalled(tmp_path, monkeypatch)
     assert reached.wait(30)
     files = log.files
 

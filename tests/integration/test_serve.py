@@ -132,16 +132,21 @@ READS = [
 ]
 
 
+def assert_answered_as_in_process(place: Place, argv: tuple[str, ...]) -> None:
+    """``argv`` served (the test's server) printed and ended as it does in-process."""
+    served, here = ml(place, *argv), ml(place, "--no-serve", *argv)
+    assert (served.returncode, served.stdout, served.stderr) == (
+        here.returncode,
+        here.stdout,
+        here.stderr,
+    ), argv
+
+
 def test_a_served_command_answers_exactly_as_the_command_run_in_process(
     place: Place, server: Server
 ) -> None:
     for argv in READS:
-        served, here = ml(place, *argv), ml(place, "--no-serve", *argv)
-        assert (served.returncode, served.stdout, served.stderr) == (
-            here.returncode,
-            here.stdout,
-            here.stderr,
-        ), argv
+        assert_answered_as_in_process(place, argv)
     assert server.status()["commands"] == len(READS)  # (each one the server's, none here)
     codes = {ml(place, *argv).returncode for argv in READS}
     assert codes == {0, 1, 2}  # (the table holds failures, with their stderr, too)

@@ -9,7 +9,16 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.integration.test_serve import FIXTURES, MAILLEDGER, READS, Place, Server, make_place, ml
+from tests.integration.test_serve import (
+    FIXTURES,
+    MAILLEDGER,
+    READS,
+    Place,
+    Server,
+    assert_answered_as_in_process,
+    make_place,
+    ml,
+)
 
 
 def _workers(log: str) -> list[tuple[int, str]]:
@@ -32,12 +41,7 @@ def test_reads_are_answered_by_one_warm_worker_exactly_as_in_process(tmp_path: P
     try:
         reads = [argv for argv in READS if argv[0] != "query"]  # (query: never kept)
         for argv in reads * 2:
-            served, here = ml(place, *argv), ml(place, "--no-serve", *argv)
-            assert (served.returncode, served.stdout, served.stderr) == (
-                here.returncode,
-                here.stdout,
-                here.stderr,
-            ), argv
+            assert_answered_as_in_process(place, argv)
         log = server.log()
         spare = server.status()["spare"]
         status = ml(place, "serve", "status").stdout.decode()
