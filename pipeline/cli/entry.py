@@ -137,8 +137,8 @@ def main(
     arguments before the command runs (``mailledger serve`` checks that a forwarded
     command is for its store). ``parser``: ``build_parser``'s, built ahead (a served
     command's worker inherits the server's: 15-20 ms a command does not spend);
-    ``kept``: stores kept open from an earlier
-    command of this process (``App``; a served command's worker)."""
+    ``kept``: stores kept open from an earlier command of this process (``App``;
+    a served command's worker)."""
     env = os.environ if env is None else env
     # What a command creates in a store (the DuckDB file and its WAL included) is
     # the owner's alone: 0700 directories, 0600 files. Restored on return (the
